@@ -1,0 +1,29 @@
+// Causal scaled-dot-product attention with grouped-query heads (GQA).
+//
+// Reference algorithm: S = Q·Kᵀ·scale, mask keys whose position is after the query's,
+// P = softmax(S) in F32 (F64 for F64 inputs), O = P·V. Query head h reads KV head
+// h / (H / Hkv). This interface (Q, K, V, causal, scale, positions) is the one every
+// attention backend keeps.
+#pragma once
+
+#include <cmath>
+
+#include "microllm/core/tensor.h"
+
+namespace microllm::ops {
+
+struct AttentionOptions {
+  bool causal = true;
+  // Multiplies Q·Kᵀ; NaN means 1/sqrt(D).
+  double scale = NAN;
+  // Positions of the T queries (T) and S keys (S), integer. Undefined: keys 0..S-1 and
+  // queries S-T..S-1 (the queries are the last T tokens, as in prefill or decode).
+  Tensor q_positions;
+  Tensor k_positions;
+};
+
+// q (B, H, T, D); k, v (B, Hkv, S, D) with H % Hkv == 0 → (B, H, T, D)
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                 const AttentionOptions& options = {});
+
+}  // namespace microllm::ops

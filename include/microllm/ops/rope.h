@@ -1,0 +1,18 @@
+// Rotary position embedding, Hugging Face "rotate half" convention (Su et al. 2021; HF
+// modeling_llama.apply_rotary_pos_emb): for pair (x[i], x[i + D/2]) and angle
+// θ = position · inv_freq[i], out[i] = x[i]·cos θ − x[i+D/2]·sin θ and
+// out[i+D/2] = x[i+D/2]·cos θ + x[i]·sin θ, with inv_freq[i] = theta^(−2i/D).
+#pragma once
+
+#include "microllm/core/tensor.h"
+
+namespace microllm::ops {
+
+// theta^(-2i/D) for i in [0, D/2): (D/2) F32 — the unscaled frequencies; scaled variants
+// (llama3, linear) are computed by the model config and passed to rope().
+Tensor rope_inv_freq(int64_t head_dim, double theta);
+
+// x (B, H, T, D); positions (T) or (B, T) integer; inv_freq (D/2) F32/F64 → (B, H, T, D).
+Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq);
+
+}  // namespace microllm::ops

@@ -1,0 +1,158 @@
+// Recording the reverse-mode graph and running it backward.
+//
+// Leaves that require a gradient get an AccumulateGrad node, created on first use, which adds
+// incoming gradients into the leaf's `.grad`. run_backward counts, for every node reachable
+// from the roots, how many edges point at it, then runs nodes whose gradients are complete
+// (Kahn's algorithm), summing the gradients that arrive at the same output.
+#include <algorithm>
+#include <unordered_map>
+
+#include "microllm/autograd/node.h"
+#include "microllm/ops/elementwise.h"
+
+namespace microllm::autograd {
+namespace {
+
+thread_local bool t_grad_mode = true;
+
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf)
+      : Node("AccumulateGrad", 1, {}, {}, nullptr), leaf_(std::move(leaf)) {}
+
+  std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override {
+    const Tensor& incoming = grad_outputs[0];
+    if (!incoming.defined()) return {};
+    Tensor& grad = leaf_->autograd.grad;
+    NoGradGuard no_grad;
+    // The first gradient is copied so later in-place updates of .grad never alias a value
+    // another part of the graph still holds.
+    grad = grad.defined() ? ops::add(grad, incoming) : incoming.clone();
+    return {};
+  }
+
+ private:
+  std::shared_ptr<TensorImpl> leaf_;
+};
+
+std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
+  AutogradMeta& meta = leaf.impl()->autograd;
+  std::shared_ptr<Node> node = meta.accumulator.lock();
+  if (!node) {
+    node = std::make_shared<AccumulateGrad>(leaf.impl_ptr());
+    meta.accumulator = node;
+  }
+  return node;
+}
+
+Edge edge_for(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return {};
+  if (t.grad_fn()) return {t.grad_fn(), t.output_nr()};
+  return {grad_accumulator(t), 0};
+}
+
+}  // namespace
+
+std::vector<Tensor> Node::apply(const std::vector<Tensor>& grad_outputs) {
+  MICROLLM_CHECK(backward_ != nullptr, "backward", "the graph through '", name_,
+                 "' was already used by a backward pass");
+  return backward_(grad_outputs);
+}
+
+bool grad_mode_enabled() { return t_grad_mode; }
+
+NoGradGuard::NoGradGuard() : previous_(t_grad_mode) { t_grad_mode = false; }
+NoGradGuard::~NoGradGuard() { t_grad_mode = previous_; }
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!t_grad_mode) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void record(const std::string& name, const std::vector<Tensor>& inputs,
+            const std::vector<Tensor*>& outputs, Node::BackwardFn backward) {
+  if (!any_requires_grad(inputs)) return;
+  std::vector<Edge> edges;
+  std::vector<Shape> shapes;
+  edges.reserve(inputs.size());
+  for (const Tensor& input : inputs) {
+    edges.push_back(edge_for(input));
+    shapes.push_back(input.defined() ? input.shape() : Shape{});
+  }
+  auto node = std::make_shared<Node>(name, static_cast<int>(outputs.size()), std::move(edges),
+                                     std::move(shapes), std::move(backward));
+  for (size_t i = 0; i < outputs.size(); ++i) outputs[i]->set_grad_fn(node, static_cast<int>(i));
+}
+
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs) {
+  NoGradGuard no_grad;  // backward functions compute with plain operators
+  // Gradients waiting at each node, one slot per node output.
+  std::unordered_map<Node*, std::vector<Tensor>> pending;
+  auto deliver = [&](const Edge& edge, const Tensor& grad) {
+    std::vector<Tensor>& slots = pending[edge.node.get()];
+    if (slots.empty()) slots.resize(static_cast<size_t>(edge.node->num_outputs()));
+    Tensor& slot = slots[static_cast<size_t>(edge.input_nr)];
+    slot = slot.defined() ? ops::add(slot, grad) : grad;
+  };
+
+  // 1. Count the edges into every reachable node.
+  std::unordered_map<Node*, int> dependencies;
+  std::vector<Node*> stack;
+  std::vector<Edge> root_edges;
+  for (const Tensor& root : roots) {
+    Edge edge = edge_for(root);
+    MICROLLM_CHECK(edge.valid(), "backward", "root ", root.describe(), " does not require a gradient");
+    root_edges.push_back(edge);
+  }
+  for (const Edge& edge : root_edges) {
+    if (dependencies.emplace(edge.node.get(), 0).second) stack.push_back(edge.node.get());
+  }
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (const Edge& next : node->next_edges()) {
+      if (!next.valid()) continue;
+      auto [it, inserted] = dependencies.emplace(next.node.get(), 0);
+      ++it->second;
+      if (inserted) stack.push_back(next.node.get());
+    }
+  }
+
+  // 2. Seed the roots, then run every node once all its gradients have arrived.
+  for (size_t i = 0; i < roots.size(); ++i) deliver(root_edges[i], grad_outputs[i]);
+  std::vector<std::shared_ptr<Node>> ready;
+  for (const Edge& edge : root_edges) {
+    const bool queued = std::any_of(ready.begin(), ready.end(),
+                                    [&](const auto& n) { return n == edge.node; });
+    if (dependencies[edge.node.get()] == 0 && !queued) ready.push_back(edge.node);
+  }
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = std::move(ready.back());
+    ready.pop_back();
+    std::vector<Tensor> grads_in = std::move(pending[node.get()]);
+    pending.erase(node.get());
+    if (grads_in.empty()) grads_in.resize(static_cast<size_t>(node->num_outputs()));
+    std::vector<Tensor> grads_out = node->apply(grads_in);
+    node->release();
+    const auto& edges = node->next_edges();
+    MICROLLM_CHECK(grads_out.size() == edges.size() || edges.empty(), "backward", "'",
+                   node->name(), "' returned ", grads_out.size(), " gradients for ", edges.size(),
+                   " inputs");
+    for (size_t i = 0; i < edges.size(); ++i) {
+      const Edge& edge = edges[i];
+      if (!edge.valid()) continue;
+      if (grads_out[i].defined()) {
+        MICROLLM_CHECK(grads_out[i].shape() == node->input_shapes()[i], "backward", "'",
+                       node->name(), "' returned a gradient of shape ",
+                       shape_str(grads_out[i].shape()), " for input ", i, " of shape ",
+                       shape_str(node->input_shapes()[i]));
+        deliver(edge, grads_out[i]);
+      }
+      if (--dependencies[edge.node.get()] == 0) ready.push_back(edge.node);
+    }
+  }
+}
+
+}  // namespace microllm::autograd

@@ -1,0 +1,322 @@
+// Tensor factories, metadata, host access and copies. Views live in src/ops/view/.
+#include "microllm/core/tensor.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "microllm/autograd/node.h"
+#include "microllm/core/backend.h"
+#include "microllm/core/element.h"
+#include "microllm/core/strided_loop.h"
+
+namespace microllm {
+
+// ---- factories ---------------------------------------------------------------------------
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  for (int64_t s : shape)
+    MICROLLM_CHECK(s >= 0, "Tensor::empty", "negative size in shape ", shape_str(shape));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = Storage::allocate(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  backend_for(device).memset_zero(t.raw_data(), t.nbytes(), device);
+  return t;
+}
+
+Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 1.0, dtype, device);
+}
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  t.fill(value);
+  return t;
+}
+
+Tensor Tensor::arange(int64_t n, DType dtype, Device device) {
+  std::vector<int64_t> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[i] = i;
+  return from_vector(values, {n}, dtype, device);
+}
+
+namespace {
+// Builds a CPU tensor from host values of element type T (stored as dtype `host_dtype`) and
+// converts it to the requested dtype and device.
+template <class T>
+Tensor from_host(const std::vector<T>& values, const Shape& shape, DType host_dtype, DType dtype,
+                 Device device) {
+  MICROLLM_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "Tensor::from_vector",
+                 values.size(), " values do not fill shape ", shape_str(shape));
+  Tensor host = Tensor::empty(shape, host_dtype);
+  if (!values.empty()) std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(T));
+  if (dtype == host_dtype && device.is_cpu()) return host;
+  Tensor out = Tensor::empty(shape, dtype, device);
+  out.copy_from(host);
+  return out;
+}
+}  // namespace
+
+Tensor Tensor::from_vector(const std::vector<double>& values, const Shape& shape, DType dtype,
+                           Device device) {
+  return from_host(values, shape, DType::F64, dtype, device);
+}
+Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape, DType dtype,
+                           Device device) {
+  return from_host(values, shape, DType::F32, dtype, device);
+}
+Tensor Tensor::from_vector(const std::vector<int64_t>& values, const Shape& shape, DType dtype,
+                           Device device) {
+  return from_host(values, shape, DType::I64, dtype, device);
+}
+
+Tensor Tensor::scalar(double value, DType dtype, Device device) {
+  return full({}, value, dtype, device);
+}
+
+Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, const Shape& shape,
+                            const Strides& strides, int64_t offset, DType dtype) {
+  MICROLLM_CHECK(shape.size() == strides.size(), "Tensor::from_storage", "shape ",
+                 shape_str(shape), " and strides ", shape_str(strides), " differ in rank");
+  // The furthest element this view can reach must lie inside the storage.
+  int64_t last = offset;
+  bool empty = false;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    MICROLLM_CHECK(shape[d] >= 0 && strides[d] >= 0, "Tensor::from_storage",
+                   "negative size or stride in shape ", shape_str(shape), " strides ",
+                   shape_str(strides));
+    if (shape[d] == 0) empty = true;
+    else last += (shape[d] - 1) * strides[d];
+  }
+  MICROLLM_CHECK(offset >= 0 && (empty || static_cast<size_t>(last + 1) * dtype_size(dtype) <=
+                                              storage->nbytes()),
+                 "Tensor::from_storage", "view ", shape_str(shape), " strides ",
+                 shape_str(strides), " offset ", offset, " of ", dtype, " reaches past the ",
+                 storage->nbytes(), "-byte storage");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->offset = offset;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+// ---- metadata ----------------------------------------------------------------------------
+
+void Tensor::check_defined(const char* what) const {
+  MICROLLM_CHECK(impl_ != nullptr, what, "the tensor is undefined");
+}
+
+const Shape& Tensor::shape() const { check_defined("Tensor::shape"); return impl_->shape; }
+const Strides& Tensor::strides() const { check_defined("Tensor::strides"); return impl_->strides; }
+int64_t Tensor::offset() const { check_defined("Tensor::offset"); return impl_->offset; }
+DType Tensor::dtype() const { check_defined("Tensor::dtype"); return impl_->dtype; }
+Device Tensor::device() const { check_defined("Tensor::device"); return impl_->storage->device(); }
+const std::shared_ptr<Storage>& Tensor::storage() const {
+  check_defined("Tensor::storage");
+  return impl_->storage;
+}
+int64_t Tensor::numel() const { return shape_numel(shape()); }
+
+int64_t Tensor::size(int64_t d) const { return shape()[normalize_dim(d, dim(), "Tensor::size")]; }
+int64_t Tensor::stride(int64_t d) const {
+  return strides()[normalize_dim(d, dim(), "Tensor::stride")];
+}
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int64_t d = dim() - 1; d >= 0; --d) {
+    if (impl_->shape[d] == 1) continue;  // the stride of a size-1 dimension is irrelevant
+    if (impl_->strides[d] != expected) return false;
+    expected *= impl_->shape[d];
+  }
+  return true;
+}
+
+std::string Tensor::describe() const {
+  if (!defined()) return "undefined";
+  std::ostringstream out;
+  out << dtype() << shape_str(shape()) << ' ' << device();
+  return out.str();
+}
+
+void* Tensor::raw_data() const {
+  check_defined("Tensor::raw_data");
+  auto* base = static_cast<char*>(impl_->storage->data());
+  return base ? base + impl_->offset * static_cast<int64_t>(dtype_size(impl_->dtype)) : nullptr;
+}
+
+// ---- host access -------------------------------------------------------------------------
+
+std::vector<double> Tensor::to_vector_f64() const {
+  Tensor host = to(Device::cpu());
+  std::vector<double> values(static_cast<size_t>(numel()));
+  const void* base = host.raw_data();
+  strided_loop<1>(host.shape(), {host.strides()}, [&](int64_t i, const std::array<int64_t, 1>& o) {
+    values[i] = load_element(base, o[0], host.dtype());
+  });
+  return values;
+}
+
+std::vector<float> Tensor::to_vector_f32() const {
+  std::vector<double> values = to_vector_f64();
+  return std::vector<float>(values.begin(), values.end());
+}
+
+std::vector<int64_t> Tensor::to_vector_i64() const {
+  MICROLLM_CHECK(is_integral(dtype()), "Tensor::to_vector_i64", "expected an integer tensor, found ",
+                 describe());
+  Tensor host = to(DType::I64).to(Device::cpu()).contiguous();
+  const int64_t* p = host.data<int64_t>();
+  return std::vector<int64_t>(p, p + numel());
+}
+
+double Tensor::item() const {
+  MICROLLM_CHECK(numel() == 1, "Tensor::item", "expected one element, found ", describe());
+  return to_vector_f64()[0];
+}
+
+// ---- copies ------------------------------------------------------------------------------
+
+void Tensor::copy_from(const Tensor& src) {
+  MICROLLM_CHECK(defined() && src.defined(), "copy", "undefined tensor");
+  MICROLLM_CHECK(shape() == src.shape(), "copy", "destination ", describe(), " and source ",
+                 src.describe(), " differ in shape");
+  if (numel() == 0) return;
+  const Device dst_device = device(), src_device = src.device();
+  if (!dst_device.is_cpu() || !src_device.is_cpu()) {
+    // Across devices: move dense bytes of one dtype, staging through the host when needed.
+    if (src.dtype() == dtype() && src.is_contiguous() && is_contiguous()) {
+      DeviceBackend& backend = backend_for(dst_device.is_cpu() ? src_device : dst_device);
+      backend.copy(raw_data(), dst_device, src.raw_data(), src_device, nbytes());
+      return;
+    }
+    if (!src_device.is_cpu()) {
+      Tensor staged = Tensor::empty(shape(), src.dtype(), src_device);
+      staged.copy_from(src);  // same device: dense copy by that backend's kernels
+      Tensor host = Tensor::empty(shape(), src.dtype());
+      host.copy_from(staged);
+      copy_from(host);
+      return;
+    }
+    Tensor host = Tensor::empty(shape(), dtype());
+    host.copy_from(src);
+    copy_from(host);
+    return;
+  }
+  // On the host: one strided pass converting element by element.
+  const DType dt = dtype(), st = src.dtype();
+  void* dst_base = raw_data();
+  const void* src_base = src.raw_data();
+  if (dt == st && is_contiguous() && src.is_contiguous()) {
+    std::memcpy(dst_base, src_base, nbytes());
+  } else if (dt == st) {
+    const size_t width = dtype_size(dt);
+    strided_loop<2>(shape(), {strides(), src.strides()}, [&](int64_t, const std::array<int64_t, 2>& o) {
+      std::memcpy(static_cast<char*>(dst_base) + o[0] * width,
+                  static_cast<const char*>(src_base) + o[1] * width, width);
+    });
+  } else if (is_integral(dt) && is_integral(st)) {
+    // Integer to integer through int64, so large ids survive exactly.
+    strided_loop<2>(shape(), {strides(), src.strides()}, [&](int64_t, const std::array<int64_t, 2>& o) {
+      int64_t v = 0;
+      switch (st) {
+        case DType::I64: v = static_cast<const int64_t*>(src_base)[o[1]]; break;
+        case DType::I32: v = static_cast<const int32_t*>(src_base)[o[1]]; break;
+        case DType::I8: v = static_cast<const int8_t*>(src_base)[o[1]]; break;
+        default: v = static_cast<int64_t>(load_element(src_base, o[1], st)); break;
+      }
+      if (dt == DType::I64) static_cast<int64_t*>(dst_base)[o[0]] = v;
+      else store_element(dst_base, o[0], dt, static_cast<double>(v));
+    });
+  } else {
+    strided_loop<2>(shape(), {strides(), src.strides()}, [&](int64_t, const std::array<int64_t, 2>& o) {
+      store_element(dst_base, o[0], dt, load_element(src_base, o[1], st));
+    });
+  }
+}
+
+void Tensor::fill(double value) {
+  if (numel() == 0) return;
+  if (!is_cpu()) {
+    Tensor host = Tensor::full(shape(), value, dtype());
+    copy_from(host);
+    return;
+  }
+  void* base = raw_data();
+  const DType dt = dtype();
+  strided_loop<1>(shape(), {strides()}, [&](int64_t, const std::array<int64_t, 1>& o) {
+    store_element(base, o[0], dt, value);
+  });
+}
+
+// ---- autograd accessors ------------------------------------------------------------------
+
+bool Tensor::requires_grad() const { return defined() && impl_->autograd.requires_grad; }
+
+Tensor& Tensor::set_requires_grad(bool requires_grad) {
+  check_defined("Tensor::set_requires_grad");
+  MICROLLM_CHECK(!requires_grad || is_floating(dtype()), "Tensor::set_requires_grad",
+                 "only floating tensors can require gradients, found ", describe());
+  MICROLLM_CHECK(is_leaf(), "Tensor::set_requires_grad",
+                 "only leaf tensors can change requires_grad; use detach() first");
+  impl_->autograd.requires_grad = requires_grad;
+  return *this;
+}
+
+bool Tensor::is_leaf() const { return !impl_->autograd.grad_fn; }
+Tensor Tensor::grad() const { check_defined("Tensor::grad"); return impl_->autograd.grad; }
+void Tensor::set_grad(const Tensor& grad) {
+  check_defined("Tensor::set_grad");
+  MICROLLM_CHECK(!grad.defined() || grad.shape() == shape(), "Tensor::set_grad", "gradient ",
+                 grad.describe(), " does not match tensor ", describe());
+  impl_->autograd.grad = grad;
+}
+void Tensor::zero_grad() { check_defined("Tensor::zero_grad"); impl_->autograd.grad = Tensor(); }
+
+const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
+  check_defined("Tensor::grad_fn");
+  return impl_->autograd.grad_fn;
+}
+int Tensor::output_nr() const { return impl_->autograd.output_nr; }
+
+void Tensor::set_grad_fn(std::shared_ptr<autograd::Node> node, int output_nr) {
+  impl_->autograd.grad_fn = std::move(node);
+  impl_->autograd.output_nr = output_nr;
+  impl_->autograd.requires_grad = impl_->autograd.grad_fn != nullptr;
+}
+
+Tensor Tensor::detach() const {
+  check_defined("Tensor::detach");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = impl_->storage;
+  impl->shape = impl_->shape;
+  impl->strides = impl_->strides;
+  impl->offset = impl_->offset;
+  impl->dtype = impl_->dtype;
+  return Tensor(std::move(impl));
+}
+
+void Tensor::backward(const Tensor& grad_output) const {
+  check_defined("Tensor::backward");
+  MICROLLM_CHECK(requires_grad(), "backward", "tensor ", describe(),
+                 " does not require a gradient and has no grad_fn");
+  Tensor seed = grad_output;
+  if (!seed.defined()) {
+    MICROLLM_CHECK(numel() == 1, "backward", "a gradient must be given for non-scalar output ",
+                   describe());
+    seed = Tensor::full(shape(), 1.0, dtype(), device());
+  }
+  MICROLLM_CHECK(seed.shape() == shape(), "backward", "gradient ", seed.describe(),
+                 " does not match output ", describe());
+  autograd::run_backward({*this}, {seed});
+}
+
+}  // namespace microllm

@@ -1,0 +1,24 @@
+// Kernel entry points of the reference attention.
+#pragma once
+
+#include "microllm/core/tensor.h"
+
+namespace microllm::ops {
+
+struct AttentionShape {
+  int64_t B, H, Hkv, T, S, D;
+  bool causal;
+  double scale;
+};
+
+// q (B,H,T,D), k/v (B,Hkv,S,D), out (B,H,T,D), probs (B,H,T,S) saved for backward; dense,
+// F32/F64. q_pos (T) and k_pos (S) I64. A query with no visible key gets zeros.
+void attention_forward_cpu(const AttentionShape& s, const Tensor& q, const Tensor& k,
+                           const Tensor& v, const Tensor& q_pos, const Tensor& k_pos,
+                           const Tensor& out, const Tensor& probs);
+// dq (B,H,T,D), dk/dv (B,Hkv,S,D), all overwritten.
+void attention_backward_cpu(const AttentionShape& s, const Tensor& q, const Tensor& k,
+                            const Tensor& v, const Tensor& probs, const Tensor& dout,
+                            const Tensor& dq, const Tensor& dk, const Tensor& dv);
+
+}  // namespace microllm::ops

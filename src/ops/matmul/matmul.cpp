@@ -1,0 +1,119 @@
+// matmul / linear: validation, dispatch and backward; matmul_naive, the loop reference.
+#include "microllm/ops/matmul.h"
+
+#include "../common.h"
+#include "matmul_kernels.h"
+#include "microllm/autograd/node.h"
+#include "microllm/ops/elementwise.h"
+#include "microllm/ops/reduce.h"
+
+namespace microllm::ops {
+namespace {
+
+struct MatmulShape {
+  GemmProblem problem;
+  Shape out_shape;  // (M, N) or (B, M, N)
+};
+
+MatmulShape matmul_shape(const char* op, const Tensor& a, const Tensor& b, bool trans_a,
+                         bool trans_b) {
+  detail::check_floating(op, a, "a");
+  detail::check_floating(op, b, "b");
+  detail::check_same_dtype(op, a, "a", b, "b");
+  detail::check_same_device(op, a, "a", b, "b");
+  MICROLLM_CHECK((a.dim() == 2 || a.dim() == 3) && (b.dim() == 2 || b.dim() == 3), op,
+                 "operands must have rank 2 or 3, found a ", a.describe(), " and b ", b.describe());
+  const int64_t m = trans_a ? a.size(-1) : a.size(-2);
+  const int64_t ka = trans_a ? a.size(-2) : a.size(-1);
+  const int64_t kb = trans_b ? b.size(-1) : b.size(-2);
+  const int64_t n = trans_b ? b.size(-2) : b.size(-1);
+  MICROLLM_CHECK(ka == kb, op, "inner dimensions differ: a ", shape_str(a.shape()),
+                 trans_a ? " (transposed)" : "", " has K=", ka, ", b ", shape_str(b.shape()),
+                 trans_b ? " (transposed)" : "", " has K=", kb);
+  const int64_t batch_a = a.dim() == 3 ? a.size(0) : 1;
+  const int64_t batch_b = b.dim() == 3 ? b.size(0) : 1;
+  MICROLLM_CHECK(a.dim() == 2 || b.dim() == 2 || batch_a == batch_b, op,
+                 "batch sizes differ: a ", shape_str(a.shape()), ", b ", shape_str(b.shape()));
+  const int64_t batch = std::max(batch_a, batch_b);
+  const bool batched = a.dim() == 3 || b.dim() == 3;
+  return {{batch, m, n, ka, trans_a, trans_b}, batched ? Shape{batch, m, n} : Shape{m, n}};
+}
+
+// (rows, cols) or (B, rows, cols) → (B or 1, rows, cols) view.
+Tensor as_batched(const Tensor& t) { return t.dim() == 3 ? t : t.unsqueeze(0); }
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  const MatmulShape s = matmul_shape("matmul", a, b, trans_a, trans_b);
+  detail::check_cpu("matmul", a);
+  const Tensor ac = as_batched(a.detach());
+  const Tensor bc = as_batched(b.detach());
+  const bool widen = detail::cpu_compute_dtype(a.dtype()) != a.dtype();
+  const Tensor aw = widen ? detail::cpu_operand(ac) : ac;
+  const Tensor bw = widen ? detail::cpu_operand(bc) : bc;
+  Tensor out = Tensor::empty({s.problem.batch, s.problem.m, s.problem.n}, aw.dtype(), a.device());
+  if (s.problem.k == 0) out.fill(0.0);
+  else if (out.numel() > 0) gemm_cpu(s.problem, aw, bw, out);
+  out = out.reshape(s.out_shape).to(a.dtype());
+
+  autograd::record("matmul", {a, b}, {&out},
+                   [a = a.detach(), b = b.detach(), trans_a, trans_b](const std::vector<Tensor>& g) {
+                     const Tensor& dc = g[0];
+                     // With A' = op(A), B' = op(B): dA' = dC·B'ᵀ and dB' = A'ᵀ·dC.
+                     Tensor da = trans_a ? matmul(b, dc, trans_b, true) : matmul(dc, b, false, !trans_b);
+                     Tensor db = trans_b ? matmul(dc, a, true, trans_a) : matmul(a, dc, !trans_a, false);
+                     // A 2-D operand was shared across the batch: sum its gradient over it.
+                     if (da.dim() > a.dim()) da = sum(da, 0, false);
+                     if (db.dim() > b.dim()) db = sum(db, 0, false);
+                     return std::vector<Tensor>{da, db};
+                   });
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  detail::check_floating("linear", x, "x");
+  detail::check_floating("linear", weight, "weight");
+  MICROLLM_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1), "linear",
+                 "expected x (..., in) and weight (out, in), found x ", x.describe(),
+                 " and weight ", weight.describe());
+  Shape out_shape = x.shape();
+  out_shape.back() = weight.size(0);
+  Tensor y = matmul(x.reshape({-1, x.size(-1)}), weight, false, true);  // (N, out)
+  if (bias.defined()) {
+    detail::check_floating("linear", bias, "bias");
+    MICROLLM_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear",
+                   "bias must be (", weight.size(0), "), found ", bias.describe());
+    y = add(y, bias);
+  }
+  return y.reshape(out_shape);
+}
+
+Tensor matmul_naive(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  const MatmulShape s = matmul_shape("matmul_naive", a, b, trans_a, trans_b);
+  const GemmProblem& p = s.problem;
+  const Tensor ah = as_batched(a.detach()).to(Device::cpu()).to(DType::F64).contiguous();
+  const Tensor bh = as_batched(b.detach()).to(Device::cpu()).to(DType::F64).contiguous();
+  Tensor out = Tensor::empty({p.batch, p.m, p.n}, DType::F64);
+  const double* pa = ah.data<double>();
+  const double* pb = bh.data<double>();
+  double* pc = out.data<double>();
+  const int64_t a_rows = ah.size(1), a_cols = ah.size(2), b_rows = bh.size(1), b_cols = bh.size(2);
+  for (int64_t batch = 0; batch < p.batch; ++batch) {
+    const double* ab = pa + (ah.size(0) == 1 ? 0 : batch * a_rows * a_cols);
+    const double* bb = pb + (bh.size(0) == 1 ? 0 : batch * b_rows * b_cols);
+    for (int64_t i = 0; i < p.m; ++i)
+      for (int64_t j = 0; j < p.n; ++j) {
+        double acc = 0.0;
+        for (int64_t k = 0; k < p.k; ++k) {
+          const double av = trans_a ? ab[k * a_cols + i] : ab[i * a_cols + k];
+          const double bv = trans_b ? bb[j * b_cols + k] : bb[k * b_cols + j];
+          acc += av * bv;
+        }
+        pc[(batch * p.m + i) * p.n + j] = acc;
+      }
+  }
+  return out.reshape(s.out_shape).to(a.dtype()).to(a.device());
+}
+
+}  // namespace microllm::ops

@@ -1,0 +1,92 @@
+// rms_norm and add_rms_norm: validation, dispatch and backward.
+#include "microllm/ops/rms_norm.h"
+
+#include "../common.h"
+#include "../row_kernels.h"
+#include "microllm/autograd/node.h"
+#include "microllm/ops/elementwise.h"
+
+namespace microllm::ops {
+namespace {
+
+void check_norm_args(const char* op, const Tensor& x, const Tensor& weight, double eps) {
+  detail::check_floating(op, x, "x");
+  detail::check_floating(op, weight, "weight");
+  detail::check_same_dtype(op, x, "x", weight, "weight");
+  detail::check_same_device(op, x, "x", weight, "weight");
+  detail::check_cpu(op, x);
+  MICROLLM_CHECK(x.dim() >= 1 && weight.dim() == 1 && weight.size(0) == x.size(-1), op,
+                 "expected x (..., C) and weight (C), found x ", x.describe(), " and weight ",
+                 weight.describe());
+  MICROLLM_CHECK(x.size(-1) > 0, op, "cannot normalize rows of width 0, found ", x.describe());
+  MICROLLM_CHECK(eps >= 0.0, op, "eps must be non-negative, found ", eps);
+}
+
+struct NormSaved {
+  Tensor x, weight, rstd;  // compute dtype, dense
+};
+
+// y (compute dtype) and what backward needs.
+std::pair<Tensor, NormSaved> norm_forward(const Tensor& x, const Tensor& weight, double eps) {
+  const Tensor xc = detail::cpu_operand(x.detach());
+  const Tensor wc = detail::cpu_operand(weight.detach());
+  Tensor y = Tensor::empty(xc.shape(), xc.dtype());
+  Tensor rstd = Tensor::empty({xc.numel() / xc.size(-1)}, xc.dtype());
+  rms_norm_forward_cpu(xc, wc, eps, y, rstd);
+  return {y, {xc, wc, rstd}};
+}
+
+// (dx, dweight) in the compute dtype.
+std::pair<Tensor, Tensor> norm_backward(const NormSaved& s, const Tensor& dy) {
+  const Tensor dyc = detail::cpu_operand(dy).to(s.x.dtype()).contiguous();
+  Tensor dx = Tensor::empty(s.x.shape(), s.x.dtype());
+  Tensor dw = Tensor::empty(s.weight.shape(), s.x.dtype());
+  rms_norm_backward_cpu(s.x, s.weight, s.rstd, dyc, dx, dw);
+  return {dx, dw};
+}
+
+}  // namespace
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  check_norm_args("rms_norm", x, weight, eps);
+  auto [y, saved] = norm_forward(x, weight, eps);
+  Tensor out = y.to(x.dtype());
+  autograd::record("rms_norm", {x, weight}, {&out}, [saved, dtype = x.dtype()](const std::vector<Tensor>& g) {
+    auto [dx, dw] = norm_backward(saved, g[0]);
+    return std::vector<Tensor>{dx.to(dtype), dw.to(dtype)};
+  });
+  return out;
+}
+
+AddRmsNormResult add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                              double eps) {
+  check_norm_args("add_rms_norm", x, weight, eps);
+  detail::check_floating("add_rms_norm", residual, "residual");
+  detail::check_same_dtype("add_rms_norm", x, "x", residual, "residual");
+  detail::check_same_device("add_rms_norm", x, "x", residual, "residual");
+  MICROLLM_CHECK(x.shape() == residual.shape(), "add_rms_norm", "x ", x.describe(),
+                 " and residual ", residual.describe(), " differ in shape");
+  Tensor sum;
+  {
+    autograd::NoGradGuard no_grad;  // the fused node below owns the whole backward
+    sum = add(x, residual);
+  }
+  auto [y, saved] = norm_forward(sum, weight, eps);
+  AddRmsNormResult result{sum, y.to(x.dtype())};
+  autograd::record("add_rms_norm", {x, residual, weight}, {&result.sum, &result.normed},
+                   [saved, dtype = x.dtype()](const std::vector<Tensor>& g) {
+                     // The sum feeds both outputs: its gradient is the direct one plus the
+                     // one coming back through the norm.
+                     Tensor d_sum, d_weight;
+                     if (g[1].defined()) {
+                       auto [dx, dw] = norm_backward(saved, g[1]);
+                       d_sum = dx.to(dtype);
+                       d_weight = dw.to(dtype);
+                     }
+                     if (g[0].defined()) d_sum = d_sum.defined() ? add(d_sum, g[0]) : g[0];
+                     return std::vector<Tensor>{d_sum, d_sum, d_weight};
+                   });
+  return result;
+}
+
+}  // namespace microllm::ops

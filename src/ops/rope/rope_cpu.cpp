@@ -1,0 +1,37 @@
+// CPU RoPE, rotate-half pairs (i, i + D/2). Angles are formed as in Hugging Face:
+// θ = float(position) · inv_freq in the compute dtype, then cos/sin.
+#include <cmath>
+
+#include "../common.h"
+#include "rope_kernels.h"
+
+namespace microllm::ops {
+
+void rope_cpu(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool inverse,
+              const Tensor& y) {
+  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3), half = D / 2;
+  detail::dispatch_float(x.dtype(), [&](auto tag) {
+    using T_ = decltype(tag);
+    const T_* px = x.data<T_>();                // (B, H, T, D)
+    const int64_t* pp = positions.data<int64_t>();  // (B, T)
+    const T_* pf = inv_freq.data<T_>();          // (D/2)
+    T_* py = y.data<T_>();                      // (B, H, T, D)
+    const T_ sign = inverse ? T_(-1) : T_(1);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t t = 0; t < T; ++t) {
+          const T_ position = static_cast<T_>(pp[b * T + t]);
+          const int64_t row = ((b * H + h) * T + t) * D;
+          for (int64_t i = 0; i < half; ++i) {
+            const T_ angle = position * pf[i];
+            const T_ c = std::cos(angle), s = sign * std::sin(angle);
+            const T_ x1 = px[row + i], x2 = px[row + i + half];
+            py[row + i] = x1 * c - x2 * s;
+            py[row + i + half] = x2 * c + x1 * s;
+          }
+        }
+  });
+}
+
+}  // namespace microllm::ops
