@@ -134,16 +134,21 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     std::vector<Tensor> grads_in = std::move(pending[node.get()]);
     pending.erase(node.get());
     if (grads_in.empty()) grads_in.resize(static_cast<size_t>(node->num_outputs()));
-    std::vector<Tensor> grads_out = node->apply(grads_in);
+    // A node none of whose outputs received a gradient contributes nothing: skip it, but
+    // still release the nodes that wait for it.
+    const bool any_grad = std::any_of(grads_in.begin(), grads_in.end(),
+                                      [](const Tensor& g) { return g.defined(); });
+    std::vector<Tensor> grads_out;
+    if (any_grad) grads_out = node->apply(grads_in);
     node->release();
     const auto& edges = node->next_edges();
-    MICROLLM_CHECK(grads_out.size() == edges.size() || edges.empty(), "backward", "'",
+    MICROLLM_CHECK(!any_grad || grads_out.size() == edges.size() || edges.empty(), "backward", "'",
                    node->name(), "' returned ", grads_out.size(), " gradients for ", edges.size(),
                    " inputs");
     for (size_t i = 0; i < edges.size(); ++i) {
       const Edge& edge = edges[i];
       if (!edge.valid()) continue;
-      if (grads_out[i].defined()) {
+      if (any_grad && grads_out[i].defined()) {
         MICROLLM_CHECK(grads_out[i].shape() == node->input_shapes()[i], "backward", "'",
                        node->name(), "' returned a gradient of shape ",
                        shape_str(grads_out[i].shape()), " for input ", i, " of shape ",

@@ -6,6 +6,12 @@
 #include <vector>
 
 namespace microllm {
+namespace {
+size_t checked_numel(const Shape& shape, const char* op) {
+  for (int64_t s : shape) MICROLLM_CHECK(s >= 0, op, "negative size in shape ", shape_str(shape));
+  return static_cast<size_t>(shape_numel(shape));
+}
+}  // namespace
 
 uint64_t Generator::next_u64() {
   // SplitMix64 finalizer applied to seed + counter·golden ratio (Steele et al. 2014).
@@ -25,14 +31,14 @@ double Generator::next_normal() {
 }
 
 Tensor randn(const Shape& shape, Generator& gen, DType dtype, Device device, double mean, double std) {
-  std::vector<double> values(static_cast<size_t>(shape_numel(shape)));
+  std::vector<double> values(checked_numel(shape, "randn"));
   for (double& v : values) v = mean + std * gen.next_normal();
   return Tensor::from_vector(values, shape, dtype, device);
 }
 
 Tensor rand_uniform(const Shape& shape, Generator& gen, double low, double high, DType dtype,
                     Device device) {
-  std::vector<double> values(static_cast<size_t>(shape_numel(shape)));
+  std::vector<double> values(checked_numel(shape, "rand_uniform"));
   for (double& v : values) v = low + (high - low) * gen.next_uniform();
   return Tensor::from_vector(values, shape, dtype, device);
 }
@@ -40,7 +46,7 @@ Tensor rand_uniform(const Shape& shape, Generator& gen, double low, double high,
 Tensor randint(const Shape& shape, int64_t low, int64_t high, Generator& gen, DType dtype,
                Device device) {
   MICROLLM_CHECK(high > low, "randint", "empty range [", low, ", ", high, ")");
-  std::vector<int64_t> values(static_cast<size_t>(shape_numel(shape)));
+  std::vector<int64_t> values(checked_numel(shape, "randint"));
   const uint64_t span = static_cast<uint64_t>(high - low);
   for (int64_t& v : values) v = low + static_cast<int64_t>(gen.next_u64() % span);
   return Tensor::from_vector(values, shape, dtype, device);

@@ -41,6 +41,7 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device
 }
 
 Tensor Tensor::arange(int64_t n, DType dtype, Device device) {
+  MICROLLM_CHECK(n >= 0, "Tensor::arange", "negative length ", n);
   std::vector<int64_t> values(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) values[i] = i;
   return from_vector(values, {n}, dtype, device);
@@ -131,6 +132,7 @@ int64_t Tensor::stride(int64_t d) const {
 }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // no element to be out of place (dense strides of (3, 0) are (1, 1))
   int64_t expected = 1;
   for (int64_t d = dim() - 1; d >= 0; --d) {
     if (impl_->shape[d] == 1) continue;  // the stride of a size-1 dimension is irrelevant
@@ -191,70 +193,31 @@ void Tensor::copy_from(const Tensor& src) {
                  src.describe(), " differ in shape");
   if (numel() == 0) return;
   const Device dst_device = device(), src_device = src.device();
-  if (!dst_device.is_cpu() || !src_device.is_cpu()) {
-    // Across devices: move dense bytes of one dtype, staging through the host when needed.
-    if (src.dtype() == dtype() && src.is_contiguous() && is_contiguous()) {
-      DeviceBackend& backend = backend_for(dst_device.is_cpu() ? src_device : dst_device);
-      backend.copy(raw_data(), dst_device, src.raw_data(), src_device, nbytes());
-      return;
-    }
-    if (!src_device.is_cpu()) {
-      Tensor staged = Tensor::empty(shape(), src.dtype(), src_device);
-      staged.copy_from(src);  // same device: dense copy by that backend's kernels
-      Tensor host = Tensor::empty(shape(), src.dtype());
-      host.copy_from(staged);
-      copy_from(host);
-      return;
-    }
-    Tensor host = Tensor::empty(shape(), dtype());
-    host.copy_from(src);
-    copy_from(host);
+  if (dst_device == src_device) {
+    backend_for(dst_device).copy_tensor(*this, src);
     return;
   }
-  // On the host: one strided pass converting element by element.
-  const DType dt = dtype(), st = src.dtype();
-  void* dst_base = raw_data();
-  const void* src_base = src.raw_data();
-  if (dt == st && is_contiguous() && src.is_contiguous()) {
-    std::memcpy(dst_base, src_base, nbytes());
-  } else if (dt == st) {
-    const size_t width = dtype_size(dt);
-    strided_loop<2>(shape(), {strides(), src.strides()}, [&](int64_t, const std::array<int64_t, 2>& o) {
-      std::memcpy(static_cast<char*>(dst_base) + o[0] * width,
-                  static_cast<const char*>(src_base) + o[1] * width, width);
-    });
-  } else if (is_integral(dt) && is_integral(st)) {
-    // Integer to integer through int64, so large ids survive exactly.
-    strided_loop<2>(shape(), {strides(), src.strides()}, [&](int64_t, const std::array<int64_t, 2>& o) {
-      int64_t v = 0;
-      switch (st) {
-        case DType::I64: v = static_cast<const int64_t*>(src_base)[o[1]]; break;
-        case DType::I32: v = static_cast<const int32_t*>(src_base)[o[1]]; break;
-        case DType::I8: v = static_cast<const int8_t*>(src_base)[o[1]]; break;
-        default: v = static_cast<int64_t>(load_element(src_base, o[1], st)); break;
-      }
-      if (dt == DType::I64) static_cast<int64_t*>(dst_base)[o[0]] = v;
-      else store_element(dst_base, o[0], dt, static_cast<double>(v));
-    });
-  } else {
-    strided_loop<2>(shape(), {strides(), src.strides()}, [&](int64_t, const std::array<int64_t, 2>& o) {
-      store_element(dst_base, o[0], dt, load_element(src_base, o[1], st));
-    });
+  // Across devices only dense bytes of one dtype move; anything else is first made dense in
+  // the destination dtype on the source side, or converted after arriving.
+  if (src.dtype() == dtype() && src.is_contiguous() && is_contiguous()) {
+    DeviceBackend& backend = backend_for(dst_device.is_cpu() ? src_device : dst_device);
+    backend.copy(raw_data(), dst_device, src.raw_data(), src_device, nbytes());
+    return;
   }
+  Tensor staged = Tensor::empty(shape(), dtype(), src_device);
+  backend_for(src_device).copy_tensor(staged, src);
+  if (is_contiguous()) {
+    copy_from(staged);
+    return;
+  }
+  Tensor arrived = Tensor::empty(shape(), dtype(), dst_device);
+  arrived.copy_from(staged);
+  backend_for(dst_device).copy_tensor(*this, arrived);
 }
 
 void Tensor::fill(double value) {
-  if (numel() == 0) return;
-  if (!is_cpu()) {
-    Tensor host = Tensor::full(shape(), value, dtype());
-    copy_from(host);
-    return;
-  }
-  void* base = raw_data();
-  const DType dt = dtype();
-  strided_loop<1>(shape(), {strides()}, [&](int64_t, const std::array<int64_t, 1>& o) {
-    store_element(base, o[0], dt, value);
-  });
+  check_defined("Tensor::fill");
+  if (numel() > 0) backend_for(device()).fill(*this, value);
 }
 
 // ---- autograd accessors ------------------------------------------------------------------
@@ -271,7 +234,7 @@ Tensor& Tensor::set_requires_grad(bool requires_grad) {
   return *this;
 }
 
-bool Tensor::is_leaf() const { return !impl_->autograd.grad_fn; }
+bool Tensor::is_leaf() const { check_defined("Tensor::is_leaf"); return !impl_->autograd.grad_fn; }
 Tensor Tensor::grad() const { check_defined("Tensor::grad"); return impl_->autograd.grad; }
 void Tensor::set_grad(const Tensor& grad) {
   check_defined("Tensor::set_grad");
@@ -285,7 +248,7 @@ const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
   check_defined("Tensor::grad_fn");
   return impl_->autograd.grad_fn;
 }
-int Tensor::output_nr() const { return impl_->autograd.output_nr; }
+int Tensor::output_nr() const { check_defined("Tensor::output_nr"); return impl_->autograd.output_nr; }
 
 void Tensor::set_grad_fn(std::shared_ptr<autograd::Node> node, int output_nr) {
   impl_->autograd.grad_fn = std::move(node);
@@ -314,8 +277,9 @@ void Tensor::backward(const Tensor& grad_output) const {
                    describe());
     seed = Tensor::full(shape(), 1.0, dtype(), device());
   }
-  MICROLLM_CHECK(seed.shape() == shape(), "backward", "gradient ", seed.describe(),
-                 " does not match output ", describe());
+  MICROLLM_CHECK(seed.shape() == shape() && seed.dtype() == dtype() && seed.device() == device(),
+                 "backward", "gradient ", seed.describe(), " does not match output ", describe(),
+                 " in shape, dtype or device");
   autograd::run_backward({*this}, {seed});
 }
 

@@ -1,12 +1,13 @@
 // The small interface every device backend implements, and the registry that finds it.
 //
-// The CPU backend is always registered. The CUDA backend registers itself when microllm is
-// built with MICROLLM_WITH_CUDA; asking for a CUDA device otherwise is a clear Error.
+// The CPU backend always exists; the CUDA backend exists when microllm is built with
+// MICROLLM_WITH_CUDA. Asking for a CUDA device otherwise is a clear Error.
 #pragma once
 
 #include <cstddef>
 
 #include "microllm/core/device.h"
+#include "microllm/core/tensor.h"
 
 namespace microllm {
 
@@ -20,11 +21,18 @@ class DeviceBackend {
   virtual void copy(void* dst, Device dst_device, const void* src, Device src_device,
                     size_t nbytes) = 0;
   virtual void memset_zero(void* ptr, size_t nbytes, Device device) = 0;
+  // dst = src element by element, both on this backend's device, any strides, converting
+  // dtypes (floating targets round to nearest even, FP8 saturates, integers truncate).
+  virtual void copy_tensor(const Tensor& dst, const Tensor& src) = 0;
+  // Sets every element of dst (any strides) to `value` converted to dst's dtype.
+  virtual void fill(const Tensor& dst, double value) = 0;
 };
 
 // The backend that serves `device`; throws when microllm was built without it.
 DeviceBackend& backend_for(Device device);
-// Called once by an optional backend (CUDA) at start-up.
-void register_backend(DeviceType type, DeviceBackend* backend);
+
+#if MICROLLM_WITH_CUDA
+DeviceBackend& cuda_backend();  // src/cuda/cuda_backend.cpp
+#endif
 
 }  // namespace microllm

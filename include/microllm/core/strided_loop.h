@@ -8,14 +8,19 @@
 #include <array>
 #include <cstdint>
 
+#include "microllm/core/error.h"
 #include "microllm/core/shape.h"
 
 namespace microllm {
+
+constexpr int64_t kMaxStridedRank = 16;
 
 // fn(int64_t linear_index, const std::array<int64_t, N>& offsets)
 template <size_t N, class Fn>
 void strided_loop(const Shape& shape, const std::array<Strides, N>& strides, Fn fn) {
   const int64_t rank = static_cast<int64_t>(shape.size());
+  MICROLLM_CHECK(rank <= kMaxStridedRank, "strided_loop", "rank ", rank, " is above the supported ",
+                 kMaxStridedRank, " for shape ", shape_str(shape));
   const int64_t total = shape_numel(shape);
   if (total == 0) return;
   constexpr int64_t kChunk = 1 << 14;
@@ -25,7 +30,7 @@ void strided_loop(const Shape& shape, const std::array<Strides, N>& strides, Fn 
     const int64_t begin = chunk * kChunk;
     const int64_t end = begin + kChunk < total ? begin + kChunk : total;
     // Unravel `begin` into a multi-index and the starting offsets.
-    int64_t index[16] = {};
+    int64_t index[kMaxStridedRank] = {};
     std::array<int64_t, N> offsets{};
     int64_t rest = begin;
     for (int64_t d = rank - 1; d >= 0; --d) {

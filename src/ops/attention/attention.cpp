@@ -45,6 +45,9 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
                  k.describe(), ")");
   MICROLLM_CHECK(D > 0, "attention", "head dimension is 0 in q ", q.describe());
   const double scale = std::isnan(options.scale) ? 1.0 / std::sqrt(static_cast<double>(D)) : options.scale;
+  MICROLLM_CHECK(T <= S || options.q_positions.defined(), "attention", "q has ", T,
+                 " queries but k has only ", S, " keys; default positions place the queries at the "
+                 "last T keys, so pass q_positions (q ", q.describe(), ", k ", k.describe(), ")");
   const Tensor q_pos = positions_or_default(options.q_positions, T, S - T, "q_positions");
   const Tensor k_pos = positions_or_default(options.k_positions, S, 0, "k_positions");
   const AttentionShape shape{B, H, Hkv, T, S, D, options.causal, scale};

@@ -124,7 +124,8 @@ Tensor add_scalar(const Tensor& x, double value) {
 Tensor pow(const Tensor& x, double exponent) {
   Tensor out = unary_compute(UnaryOp::Pow, exponent, x);
   autograd::record("pow", {x}, {&out}, [x = x.detach(), exponent](const std::vector<Tensor>& g) {
-    // d(x^p)/dx = p · x^(p-1)
+    // d(x^p)/dx = p · x^(p-1); zero for p = 0 (x^-1 would give 0·inf = NaN at x = 0).
+    if (exponent == 0.0) return std::vector<Tensor>{Tensor::zeros(x.shape(), g[0].dtype(), g[0].device())};
     return std::vector<Tensor>{mul(g[0], scale(pow(x, exponent - 1.0), exponent))};
   });
   return out;

@@ -15,4 +15,10 @@ void binary_forward_cpu(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
 // added value or the exponent.
 void unary_forward_cpu(UnaryOp op, double param, const Tensor& x, const Tensor& out);
 
+#if MICROLLM_WITH_CUDA
+// Same contracts on CUDA, for F32/BF16/F16 (F32 arithmetic).
+void binary_forward_cuda(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
+void unary_forward_cuda(UnaryOp op, double param, const Tensor& x, const Tensor& out);
+#endif
+
 }  // namespace microllm::ops

@@ -74,18 +74,20 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   detail::check_floating("linear", x, "x");
   detail::check_floating("linear", weight, "weight");
+  detail::check_same_dtype("linear", x, "x", weight, "weight");
   MICROLLM_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1), "linear",
                  "expected x (..., in) and weight (out, in), found x ", x.describe(),
                  " and weight ", weight.describe());
+  if (bias.defined()) {
+    detail::check_floating("linear", bias, "bias");
+    detail::check_same_dtype("linear", x, "x", bias, "bias");
+    MICROLLM_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear",
+                   "bias must be (", weight.size(0), "), found ", bias.describe());
+  }
   Shape out_shape = x.shape();
   out_shape.back() = weight.size(0);
   Tensor y = matmul(x.reshape({-1, x.size(-1)}), weight, false, true);  // (N, out)
-  if (bias.defined()) {
-    detail::check_floating("linear", bias, "bias");
-    MICROLLM_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear",
-                   "bias must be (", weight.size(0), "), found ", bias.describe());
-    y = add(y, bias);
-  }
+  if (bias.defined()) y = add(y, bias);
   return y.reshape(out_shape);
 }
 

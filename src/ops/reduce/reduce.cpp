@@ -62,6 +62,7 @@ Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
+  detail::check_floating("mean", x, "x");
   const int64_t d = normalize_dim(dim, x.dim(), "mean");
   MICROLLM_CHECK(x.shape()[d] > 0, "mean", "cannot average the empty dimension ", d, " of ",
                  x.describe());

@@ -9,6 +9,8 @@ void reduce_forward_cpu(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, 
   detail::dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();  // (outer, n, inner)
+    T* values = op == ReduceOp::Argmax ? nullptr : out.data<T>();             // (outer, inner)
+    int64_t* indices = op == ReduceOp::Argmax ? out.data<int64_t>() : nullptr;  // (outer, inner)
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t o = 0; o < outer; ++o) {
       for (int64_t i = 0; i < inner; ++i) {
@@ -16,7 +18,7 @@ void reduce_forward_cpu(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, 
         if (op == ReduceOp::Sum) {
           double acc = 0.0;
           for (int64_t k = 0; k < n; ++k) acc += row[k * inner];
-          out.data<T>()[o * inner + i] = static_cast<T>(acc);
+          values[o * inner + i] = static_cast<T>(acc);
           continue;
         }
         // Max / Argmax: the first largest value wins; NaN counts as largest (as PyTorch).
@@ -25,8 +27,8 @@ void reduce_forward_cpu(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, 
           const T v = row[k * inner], b = row[best * inner];
           if (v > b || (v != v && b == b)) best = k;
         }
-        if (op == ReduceOp::Max) out.data<T>()[o * inner + i] = row[best * inner];
-        else out.data<int64_t>()[o * inner + i] = best;
+        if (op == ReduceOp::Max) values[o * inner + i] = row[best * inner];
+        else indices[o * inner + i] = best;
       }
     }
   });

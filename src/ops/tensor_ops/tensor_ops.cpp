@@ -29,9 +29,10 @@ Tensor concat(const std::vector<Tensor>& tensors, int64_t dim) {
   shape[dim] = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
-    detail::check_defined("concat", t, "tensors[i]");
-    detail::check_same_dtype("concat", first, "tensors[0]", t, "tensors[i]");
-    detail::check_same_device("concat", first, "tensors[0]", t, "tensors[i]");
+    const std::string name = "tensors[" + std::to_string(i) + "]";
+    detail::check_defined("concat", t, name.c_str());
+    detail::check_same_dtype("concat", first, "tensors[0]", t, name.c_str());
+    detail::check_same_device("concat", first, "tensors[0]", t, name.c_str());
     bool compatible = t.dim() == first.dim();
     for (int64_t d = 0; compatible && d < t.dim(); ++d)
       compatible = d == dim || t.shape()[d] == first.shape()[d];

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian packages microllm's build and tests need. Safe to run again: packages
+# already present are skipped, and nothing is installed when all are there.
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ pkg-config          # build
+  libopenblas-dev                           # CPU GEMM
+  nlohmann-json3-dev libcli11-dev libfmt-dev # JSON, command line, formatting
+  libgtest-dev libgmock-dev libbenchmark-dev # tests and micro-benchmarks
+  python3 python3-numpy python3-pytest python3-torch  # PyTorch oracle suite (/usr/bin/python3)
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+echo "setup: installing ${missing[*]}"
+$sudo apt-get update -q
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"

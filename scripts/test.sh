@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it:
+#   1. cpu-release: every C++ test and the PyTorch oracle suite;
+#   2. cpu-sanitize: every C++ test under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   3. cuda-release, where nvcc exists: compiled, and its CUDA tests run (they skip with a
+#      printed reason when no GPU is present).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+jobs=$(nproc)
+start=$(date +%s)
+
+step() { echo; echo "=== $* ($(( $(date +%s) - start )) s)"; }
+
+step "cpu-release: build"
+cmake --preset cpu-release >/dev/null
+cmake --build --preset cpu-release -j "$jobs"
+step "cpu-release: C++ tests and PyTorch oracle"
+ctest --preset cpu-release -j "$jobs"
+
+step "cpu-sanitize: build"
+cmake --preset cpu-sanitize >/dev/null
+cmake --build --preset cpu-sanitize -j "$jobs"
+step "cpu-sanitize: C++ tests under ASan + UBSan"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --preset cpu-sanitize -L cpu -j "$jobs"
+
+nvcc_path=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+if [ -n "$nvcc_path" ]; then
+  step "cuda-release: build with $nvcc_path"
+  cmake --preset cuda-release -DCMAKE_CUDA_COMPILER="$nvcc_path" >/dev/null
+  cmake --build --preset cuda-release -j "$jobs"
+  step "cuda-release: CUDA tests (skipped with a reason when there is no GPU)"
+  ctest --preset cuda-release -L cuda -j 1
+else
+  step "cuda-release: skipped, no nvcc on this machine"
+fi
+step "all tests passed"

@@ -1,0 +1,53 @@
+// Shared by the CUDA kernels of the operators (.cu files under src/ops/): dtype dispatch to
+// the element types kernels are instantiated for, launch checks, indexers from tensors.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "../cuda/kernel_utils.cuh"
+#include "microllm/core/tensor.h"
+#include "microllm/cuda/check.h"
+#include "microllm/cuda/runtime.h"
+
+namespace microllm::ops::cuda_detail {
+
+using microllm::cuda::StridedIndexer;
+
+// Calls fn(T{}) with T = float, __nv_bfloat16 or __half; other dtypes are an Error naming op.
+template <class Fn>
+void dispatch_cuda_float(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::F32: fn(float{}); return;
+    case DType::BF16: fn(__nv_bfloat16{}); return;
+    case DType::F16: fn(__half{}); return;
+    default:
+      MICROLLM_FAIL(op, "CUDA kernels take f32, bf16 or f16, found ", dtype);
+  }
+}
+
+inline StridedIndexer make_indexer(const Tensor& t, const char* op) {
+  MICROLLM_CHECK(t.dim() <= microllm::cuda::kMaxRank, op, "rank ", t.dim(),
+                 " is above the supported ", microllm::cuda::kMaxRank, " for ", t.describe());
+  StridedIndexer ix;
+  ix.rank = static_cast<int>(t.dim());
+  for (int d = 0; d < ix.rank; ++d) {
+    ix.sizes[d] = t.shape()[d];
+    ix.strides[d] = t.strides()[d];
+  }
+  return ix;
+}
+
+inline cudaStream_t stream_of(const Tensor& t) { return microllm::cuda::current_stream_handle(t.device()); }
+
+// True when every pointer is 16-byte aligned, so kernels may use 16-byte vector accesses.
+inline bool aligned16(std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+template <class T>
+T* ptr(const Tensor& t) { return static_cast<T*>(t.raw_data()); }
+
+}  // namespace microllm::ops::cuda_detail

@@ -1,0 +1,167 @@
+// CUDA runtime tests: caching allocator (reuse, stats, streams, empty_cache), transfers and
+// their counters, strided converting copies on the device.
+#include <gtest/gtest.h>
+
+#include "cuda/cuda_test_utils.h"
+#include "microllm/core/random.h"
+#include "microllm/cuda/allocator.h"
+#include "microllm/cuda/pinned.h"
+
+using namespace microllm;
+using microllm::testing::relative_l2;
+
+namespace {
+const Device kGpu = Device::cuda(0);
+}
+
+TEST(CudaAllocator, RoundsSizesIntoClasses) {
+  // Pure arithmetic: runs without a GPU too.
+  EXPECT_EQ(cuda::round_size(1), 512u);
+  EXPECT_EQ(cuda::round_size(512), 512u);
+  EXPECT_EQ(cuda::round_size(513), 1024u);
+  EXPECT_EQ(cuda::round_size((1 << 20) + 1), (1u << 20) + 65536u);
+  EXPECT_EQ(cuda::round_size(100u << 20), 100u << 20);
+  EXPECT_EQ(cuda::round_size((100u << 20) + 1), (102u << 20));
+}
+
+TEST(CudaAllocator, ReusesFreedBlocksOnTheSameStream) {
+  MICROLLM_REQUIRE_CUDA();
+  cuda::empty_cache(kGpu);
+  const cuda::AllocatorStats before = cuda::allocator_stats(kGpu);
+  void* first = nullptr;
+  {
+    Tensor t = Tensor::empty({1000, 1000}, DType::F32, kGpu);  // 4 MB
+    first = t.raw_data();
+  }
+  Tensor again = Tensor::empty({1000, 1000}, DType::F32, kGpu);
+  const cuda::AllocatorStats after = cuda::allocator_stats(kGpu);
+  EXPECT_EQ(again.raw_data(), first);
+  EXPECT_EQ(after.backend_mallocs - before.backend_mallocs, 1);
+  EXPECT_EQ(after.cache_hits - before.cache_hits, 1);
+  EXPECT_EQ(after.allocated_bytes - before.allocated_bytes, static_cast<int64_t>(cuda::round_size(4000000)));
+}
+
+TEST(CudaAllocator, TracksPeakAndReservedAndEmptiesCache) {
+  MICROLLM_REQUIRE_CUDA();
+  cuda::empty_cache(kGpu);
+  cuda::reset_peak_stats(kGpu);
+  const cuda::AllocatorStats base = cuda::allocator_stats(kGpu);
+  {
+    Tensor a = Tensor::empty({64 << 20}, DType::U8, kGpu);
+    Tensor b = Tensor::empty({32 << 20}, DType::U8, kGpu);
+    const cuda::AllocatorStats live = cuda::allocator_stats(kGpu);
+    EXPECT_EQ(live.allocated_bytes - base.allocated_bytes, (96 << 20));
+    EXPECT_GE(live.reserved_bytes, live.allocated_bytes);
+  }
+  const cuda::AllocatorStats freed = cuda::allocator_stats(kGpu);
+  EXPECT_EQ(freed.allocated_bytes, base.allocated_bytes);
+  EXPECT_EQ(freed.peak_allocated_bytes - base.allocated_bytes, (96 << 20));
+  EXPECT_GE(freed.reserved_bytes - base.reserved_bytes, (96 << 20));  // cached, not returned
+  cuda::empty_cache(kGpu);
+  const cuda::AllocatorStats emptied = cuda::allocator_stats(kGpu);
+  EXPECT_EQ(emptied.reserved_bytes, base.reserved_bytes);
+  EXPECT_GE(emptied.backend_frees - freed.backend_frees, 2);
+}
+
+TEST(CudaAllocator, BlocksAreNotSharedAcrossStreamsAndRecordStreamDelaysReuse) {
+  MICROLLM_REQUIRE_CUDA();
+  cuda::empty_cache(kGpu);
+  const cuda::Stream side = cuda::Stream::create(kGpu);
+  void* on_main = nullptr;
+  {
+    Tensor t = Tensor::empty({1 << 20}, DType::F32, kGpu);
+    on_main = t.raw_data();
+  }
+  {
+    cuda::StreamGuard guard(side);
+    Tensor t = Tensor::empty({1 << 20}, DType::F32, kGpu);
+    EXPECT_NE(t.raw_data(), on_main);  // the main stream's cached block stays there
+  }
+  // A block used by the side stream is reused on main only after that work completes.
+  void* recorded = nullptr;
+  {
+    Tensor t = Tensor::ones({1 << 22}, DType::F32, kGpu);
+    recorded = t.raw_data();
+    cuda::record_stream(recorded, side.handle());
+  }
+  cuda::synchronize(side);
+  Tensor u = Tensor::empty({1 << 22}, DType::F32, kGpu);
+  EXPECT_EQ(u.raw_data(), recorded);
+}
+
+TEST(CudaAllocator, OutOfMemoryIsAClearError) {
+  MICROLLM_REQUIRE_CUDA();
+  try {
+    Tensor t = Tensor::empty({int64_t(1) << 50}, DType::U8, kGpu);  // 1 PiB
+    FAIL() << "allocation of 1 PiB succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaTransfers, RoundTripCountsCallsAndBytes) {
+  MICROLLM_REQUIRE_CUDA();
+  Generator gen(3);
+  const Tensor host = randn({123, 45}, gen);
+  cuda::reset_transfer_stats();
+  const Tensor device = host.to(kGpu);
+  const Tensor back = device.to(Device::cpu());
+  const cuda::TransferStats s = cuda::transfer_stats();
+  EXPECT_EQ(s.h2d_calls, 1);
+  EXPECT_EQ(s.h2d_bytes, 123 * 45 * 4);
+  EXPECT_EQ(s.d2h_calls, 1);
+  EXPECT_EQ(s.d2h_bytes, 123 * 45 * 4);
+  EXPECT_EQ(s.host_synchronizations, 1);
+  EXPECT_EQ(back.to_vector_f32(), host.to_vector_f32());
+}
+
+TEST(CudaTransfers, PinnedBufferGrows) {
+  MICROLLM_REQUIRE_CUDA();
+  cuda::PinnedBuffer buffer(100);
+  EXPECT_GE(buffer.size(), 100u);
+  buffer.reserve(1 << 20);
+  EXPECT_GE(buffer.size(), 1u << 20);
+  static_cast<char*>(buffer.data())[(1 << 20) - 1] = 7;  // writable
+}
+
+TEST(CudaCopy, StridedAndConvertingCopiesMatchTheCpu) {
+  MICROLLM_REQUIRE_CUDA();
+  Generator gen(5);
+  const Tensor host = randn({7, 33, 65}, gen);
+  const Tensor device = host.to(kGpu);
+  // Permuted / narrowed views made dense on the device equal the same on the host.
+  const Tensor h = host.permute({2, 0, 1}).narrow(0, 3, 50).contiguous();
+  const Tensor d = device.permute({2, 0, 1}).narrow(0, 3, 50).contiguous();
+  EXPECT_EQ(d.to(Device::cpu()).to_vector_f32(), h.to_vector_f32());
+  // Conversions: the device rounds like the host for every floating dtype.
+  for (DType dtype : {DType::BF16, DType::F16, DType::F8E4M3, DType::F8E5M2, DType::F64}) {
+    const Tensor hc = host.transpose(0, 2).to(dtype);
+    const Tensor dc = device.transpose(0, 2).to(dtype);
+    EXPECT_EQ(dc.to(Device::cpu()).to_vector_f64(), hc.to_vector_f64()) << dtype;
+  }
+  // Large integer ids survive I64 ↔ I32 on the device.
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>{0, 151935, 2147483647, -5}, {4});
+  EXPECT_EQ(ids.to(kGpu).to(DType::I32).to(DType::I64).to_vector_i64(), ids.to_vector_i64());
+}
+
+TEST(CudaCopy, FillAndZerosOnDevice) {
+  MICROLLM_REQUIRE_CUDA();
+  const Tensor z = Tensor::zeros({1000, 17}, DType::BF16, kGpu);
+  for (double v : z.to_vector_f64()) ASSERT_EQ(v, 0.0);
+  Tensor f = Tensor::full({3, 5}, 2.5, DType::F32, kGpu);
+  f.transpose(0, 1).narrow(0, 1, 2).fill(-1.0);
+  const std::vector<float> values = f.to_vector_f32();
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t c = 0; c < 5; ++c)
+      EXPECT_EQ(values[r * 5 + c], (c == 1 || c == 2) ? -1.0f : 2.5f);
+}
+
+TEST(CudaCopy, LargeTensorRoundTrip) {
+  MICROLLM_REQUIRE_CUDA();
+  const int64_t n = int64_t(1) << 24;  // 16M elements
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(i % 1000003) * 0.5f;
+  const Tensor host = Tensor::from_vector(values, {n});
+  const Tensor bf = host.to(kGpu).to(DType::BF16).to(DType::F32).to(Device::cpu());
+  EXPECT_EQ(bf.to_vector_f32(), host.to(DType::BF16).to(DType::F32).to_vector_f32());
+}
