@@ -1,15 +1,24 @@
-// Shared by operator implementations: argument checks that throw one clear Error, and the
-// dtype dispatch of CPU kernels.
+// Shared by operator implementations: argument checks that throw one clear Error, the
+// operands kernels read, and the dispatch to a kernel by device and dtype.
 //
-// CPU kernels are written once as templates over float and double. Inputs in BF16/F16
-// are widened to F32 at the operator's entry (cpu_operand) and results narrowed back, so
-// the CPU path is the F32 (or F64) numerical reference for every floating dtype.
+// CPU kernels are written once as templates over float and double; CUDA kernels as
+// templates over float, __nv_bfloat16 and __half. MICROLLM_KERNEL(device, name, args...)
+// calls name_cuda(args...) for CUDA tensors and name_cpu(args...) otherwise.
 #pragma once
 
+#include <climits>
+#include <cstdint>
 #include <string>
 
 #include "microllm/core/error.h"
 #include "microllm/core/tensor.h"
+
+#if MICROLLM_WITH_CUDA
+#define MICROLLM_KERNEL(device, name, ...) \
+  ((device).is_cuda() ? name##_cuda(__VA_ARGS__) : name##_cpu(__VA_ARGS__))
+#else
+#define MICROLLM_KERNEL(device, name, ...) name##_cpu(__VA_ARGS__)
+#endif
 
 namespace microllm::ops::detail {
 
@@ -47,17 +56,21 @@ inline void check_rank(const char* op, const Tensor& t, const char* name, int64_
                  t.describe());
 }
 
-// Operators run on the device of their inputs; until the CUDA kernels exist, a CUDA input
-// is a clear error rather than a silent host round trip.
-inline void check_cpu(const char* op, const Tensor& t) {
-  MICROLLM_CHECK(t.is_cpu(), op, "no kernel for device ", t.device(), " (input ", t.describe(), ")");
-}
-
-// Dense F32/F64 view of a floating tensor for a CPU kernel (BF16/F16 widened to F32).
-inline Tensor cpu_operand(const Tensor& t) {
+// The dense operand a kernel on t's device reads. CPU kernels take F32/F64 (BF16/F16 are
+// widened to F32, so the CPU is the F32 reference for every dtype); CUDA kernels take
+// F32/BF16/F16 as stored and compute in F32.
+inline Tensor compute_operand(const Tensor& t) {
+  if (t.is_cuda()) {
+    MICROLLM_CHECK(t.dtype() != DType::F64, "cuda", "CUDA kernels take f32, bf16 or f16, found ",
+                   t.describe());
+    return t.contiguous();
+  }
   if (t.dtype() == DType::BF16 || t.dtype() == DType::F16) return t.to(DType::F32).contiguous();
   return t.contiguous();
 }
+
+// Dtype of saved statistics (rstd, log-sum-exp): F64 for F64 inputs, F32 otherwise.
+inline DType stat_dtype(DType dtype) { return dtype == DType::F64 ? DType::F64 : DType::F32; }
 
 // The dtype a CPU kernel computes in for an input of `dtype`.
 inline DType cpu_compute_dtype(DType dtype) { return dtype == DType::F64 ? DType::F64 : DType::F32; }
@@ -68,6 +81,13 @@ decltype(auto) dispatch_float(DType dtype, Fn&& fn) {
   if (dtype == DType::F64) return fn(double{});
   return fn(float{});
 }
+
+// Checks that every id in `ids` lies in [0, limit) (`skip` is allowed too, e.g. an ignore
+// index) and returns how many ids are not `skip`. CUDA ids are first copied to the host:
+// one counted device→host copy and synchronization per call.
+// Messages read "<what> <id> at <where> <i> is outside [0, limit) (<ids>, <context>)".
+int64_t check_index_range(const char* op, const Tensor& ids, int64_t limit, const char* what,
+                          const char* where, const Tensor& context, int64_t skip = INT64_MIN);
 
 // Integer ids of any index dtype, as int64, on the host.
 inline int64_t load_index(const Tensor& dense_index, int64_t i) {

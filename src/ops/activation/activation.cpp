@@ -9,15 +9,14 @@ namespace microllm::ops {
 
 Tensor silu(const Tensor& x) {
   detail::check_floating("silu", x, "x");
-  detail::check_cpu("silu", x);
-  const Tensor xc = detail::cpu_operand(x.detach());
-  Tensor y = Tensor::empty(xc.shape(), xc.dtype());
-  silu_forward_cpu(xc, y);
+  const Tensor xc = detail::compute_operand(x.detach());
+  Tensor y = Tensor::empty(xc.shape(), xc.dtype(), x.device());
+  MICROLLM_KERNEL(x.device(), silu_forward, xc, y);
   Tensor out = y.to(x.dtype());
   autograd::record("silu", {x}, {&out}, [xc, dtype = x.dtype()](const std::vector<Tensor>& g) {
-    const Tensor dy = detail::cpu_operand(g[0]).to(xc.dtype()).contiguous();
-    Tensor dx = Tensor::empty(xc.shape(), xc.dtype());
-    silu_backward_cpu(xc, dy, dx);
+    const Tensor dy = detail::compute_operand(g[0].to(xc.dtype()));
+    Tensor dx = Tensor::empty(xc.shape(), xc.dtype(), xc.device());
+    MICROLLM_KERNEL(xc.device(), silu_backward, xc, dy, dx);
     return std::vector<Tensor>{dx.to(dtype)};
   });
   return out;
@@ -28,19 +27,18 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   detail::check_floating("swiglu", up, "up");
   detail::check_same_dtype("swiglu", gate, "gate", up, "up");
   detail::check_same_device("swiglu", gate, "gate", up, "up");
-  detail::check_cpu("swiglu", gate);
   MICROLLM_CHECK(gate.shape() == up.shape(), "swiglu", "gate ", gate.describe(), " and up ",
                  up.describe(), " differ in shape");
-  const Tensor gc = detail::cpu_operand(gate.detach());
-  const Tensor uc = detail::cpu_operand(up.detach());
-  Tensor y = Tensor::empty(gc.shape(), gc.dtype());
-  swiglu_forward_cpu(gc, uc, y);
+  const Tensor gc = detail::compute_operand(gate.detach());
+  const Tensor uc = detail::compute_operand(up.detach());
+  Tensor y = Tensor::empty(gc.shape(), gc.dtype(), gate.device());
+  MICROLLM_KERNEL(gate.device(), swiglu_forward, gc, uc, y);
   Tensor out = y.to(gate.dtype());
   autograd::record("swiglu", {gate, up}, {&out}, [gc, uc, dtype = gate.dtype()](const std::vector<Tensor>& g) {
-    const Tensor dy = detail::cpu_operand(g[0]).to(gc.dtype()).contiguous();
-    Tensor dgate = Tensor::empty(gc.shape(), gc.dtype());
-    Tensor dup = Tensor::empty(gc.shape(), gc.dtype());
-    swiglu_backward_cpu(gc, uc, dy, dgate, dup);
+    const Tensor dy = detail::compute_operand(g[0].to(gc.dtype()));
+    Tensor dgate = Tensor::empty(gc.shape(), gc.dtype(), gc.device());
+    Tensor dup = Tensor::empty(gc.shape(), gc.dtype(), gc.device());
+    MICROLLM_KERNEL(gc.device(), swiglu_backward, gc, uc, dy, dgate, dup);
     return std::vector<Tensor>{dgate.to(dtype), dup.to(dtype)};
   });
   return out;

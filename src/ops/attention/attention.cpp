@@ -9,15 +9,18 @@ namespace microllm::ops {
 namespace {
 
 // Positions as a dense I64 (n) tensor: the given one, or start..start+n-1.
-Tensor positions_or_default(const Tensor& given, int64_t n, int64_t start, const char* name) {
+Tensor positions_or_default(const Tensor& given, int64_t n, int64_t start, const char* name,
+                            Device device) {
   if (!given.defined()) {
     std::vector<int64_t> values(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) values[i] = start + i;
-    return Tensor::from_vector(values, {n});
+    return Tensor::from_vector(values, {n}, DType::I64, device);
   }
   detail::check_index("attention", given, name);
   MICROLLM_CHECK(given.dim() == 1 && given.size(0) == n, "attention", name, " must be (", n,
                  "), found ", given.describe());
+  MICROLLM_CHECK(given.device() == device, "attention", name, " ", given.describe(),
+                 " is not on the device of q (", device, ")");
   return given.to(DType::I64).contiguous();
 }
 
@@ -31,7 +34,6 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   detail::check_same_dtype("attention", q, "q", v, "v");
   detail::check_same_device("attention", q, "q", k, "k");
   detail::check_same_device("attention", q, "q", v, "v");
-  detail::check_cpu("attention", q);
   detail::check_rank("attention", q, "q", 4);
   detail::check_rank("attention", k, "k", 4);
   detail::check_rank("attention", v, "v", 4);
@@ -48,24 +50,25 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   MICROLLM_CHECK(T <= S || options.q_positions.defined(), "attention", "q has ", T,
                  " queries but k has only ", S, " keys; default positions place the queries at the "
                  "last T keys, so pass q_positions (q ", q.describe(), ", k ", k.describe(), ")");
-  const Tensor q_pos = positions_or_default(options.q_positions, T, S - T, "q_positions");
-  const Tensor k_pos = positions_or_default(options.k_positions, S, 0, "k_positions");
+  const Device device = q.device();
+  const Tensor q_pos = positions_or_default(options.q_positions, T, S - T, "q_positions", device);
+  const Tensor k_pos = positions_or_default(options.k_positions, S, 0, "k_positions", device);
   const AttentionShape shape{B, H, Hkv, T, S, D, options.causal, scale};
 
-  const Tensor qc = detail::cpu_operand(q.detach());
-  const Tensor kc = detail::cpu_operand(k.detach());
-  const Tensor vc = detail::cpu_operand(v.detach());
-  Tensor out = Tensor::empty(qc.shape(), qc.dtype());       // (B, H, T, D)
-  Tensor probs = Tensor::empty({B, H, T, S}, qc.dtype());   // (B, H, T, S)
-  attention_forward_cpu(shape, qc, kc, vc, q_pos, k_pos, out, probs);
+  const Tensor qc = detail::compute_operand(q.detach());
+  const Tensor kc = detail::compute_operand(k.detach());
+  const Tensor vc = detail::compute_operand(v.detach());
+  Tensor out = Tensor::empty(qc.shape(), qc.dtype(), device);                           // (B, H, T, D)
+  Tensor probs = Tensor::empty({B, H, T, S}, detail::stat_dtype(qc.dtype()), device);   // (B, H, T, S)
+  MICROLLM_KERNEL(device, attention_forward, shape, qc, kc, vc, q_pos, k_pos, out, probs);
   out = out.to(q.dtype());
   autograd::record("attention", {q, k, v}, {&out},
                    [shape, qc, kc, vc, probs, dtype = q.dtype()](const std::vector<Tensor>& g) {
-                     const Tensor dout = detail::cpu_operand(g[0]).to(qc.dtype()).contiguous();
-                     Tensor dq = Tensor::empty(qc.shape(), qc.dtype());
-                     Tensor dk = Tensor::empty(kc.shape(), kc.dtype());
-                     Tensor dv = Tensor::empty(vc.shape(), vc.dtype());
-                     attention_backward_cpu(shape, qc, kc, vc, probs, dout, dq, dk, dv);
+                     const Tensor dout = detail::compute_operand(g[0].to(qc.dtype()));
+                     Tensor dq = Tensor::empty(qc.shape(), qc.dtype(), qc.device());
+                     Tensor dk = Tensor::empty(kc.shape(), kc.dtype(), kc.device());
+                     Tensor dv = Tensor::empty(vc.shape(), vc.dtype(), vc.device());
+                     MICROLLM_KERNEL(qc.device(), attention_backward, shape, qc, kc, vc, probs, dout, dq, dk, dv);
                      return std::vector<Tensor>{dq.to(dtype), dk.to(dtype), dv.to(dtype)};
                    });
   return out;

@@ -11,8 +11,9 @@ struct AttentionShape {
   double scale;
 };
 
-// q (B,H,T,D), k/v (B,Hkv,S,D), out (B,H,T,D), probs (B,H,T,S) saved for backward; dense,
-// F32/F64. q_pos (T) and k_pos (S) I64. A query with no visible key gets zeros.
+// q (B,H,T,D), k/v (B,Hkv,S,D), out (B,H,T,D) dense (CPU: F32/F64; CUDA: F32/BF16/F16);
+// probs (B,H,T,S) saved for backward, F32 (F64 for F64 inputs). q_pos (T) and k_pos (S) I64.
+// A query with no visible key gets zeros.
 void attention_forward_cpu(const AttentionShape& s, const Tensor& q, const Tensor& k,
                            const Tensor& v, const Tensor& q_pos, const Tensor& k_pos,
                            const Tensor& out, const Tensor& probs);
@@ -20,5 +21,14 @@ void attention_forward_cpu(const AttentionShape& s, const Tensor& q, const Tenso
 void attention_backward_cpu(const AttentionShape& s, const Tensor& q, const Tensor& k,
                             const Tensor& v, const Tensor& probs, const Tensor& dout,
                             const Tensor& dq, const Tensor& dk, const Tensor& dv);
+
+#if MICROLLM_WITH_CUDA
+void attention_forward_cuda(const AttentionShape& s, const Tensor& q, const Tensor& k,
+                            const Tensor& v, const Tensor& q_pos, const Tensor& k_pos,
+                            const Tensor& out, const Tensor& probs);
+void attention_backward_cuda(const AttentionShape& s, const Tensor& q, const Tensor& k,
+                             const Tensor& v, const Tensor& probs, const Tensor& dout,
+                             const Tensor& dq, const Tensor& dk, const Tensor& dv);
+#endif
 
 }  // namespace microllm::ops

@@ -40,22 +40,20 @@ Tensor binary_compute(BinaryOp op, const Tensor& a, const Tensor& b) {
   detail::check_floating(name, b, "b");
   detail::check_same_dtype(name, a, "a", b, "b");
   detail::check_same_device(name, a, "a", b, "b");
-  detail::check_cpu(name, a);
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
-  const Tensor ac = detail::cpu_operand(a.detach()).expand(shape);
-  const Tensor bc = detail::cpu_operand(b.detach()).expand(shape);
+  const Tensor ac = detail::compute_operand(a.detach()).expand(shape);
+  const Tensor bc = detail::compute_operand(b.detach()).expand(shape);
   Tensor out = Tensor::empty(shape, ac.dtype(), a.device());
-  binary_forward_cpu(op, ac, bc, out);
+  MICROLLM_KERNEL(a.device(), binary_forward, op, ac, bc, out);
   return out.to(a.dtype());
 }
 
 Tensor unary_compute(UnaryOp op, double param, const Tensor& x) {
   const char* name = unary_name(op);
   detail::check_floating(name, x, "x");
-  detail::check_cpu(name, x);
-  const Tensor xc = detail::cpu_operand(x.detach());
-  Tensor out = Tensor::empty(x.shape(), xc.dtype(), x.device());
-  unary_forward_cpu(op, param, xc, out);
+  const Tensor xc = x.is_cuda() ? x.detach() : detail::compute_operand(x.detach());
+  Tensor out = Tensor::empty(x.shape(), x.is_cuda() ? x.dtype() : xc.dtype(), x.device());
+  MICROLLM_KERNEL(x.device(), unary_forward, op, param, xc, out);
   return out.to(x.dtype());
 }
 

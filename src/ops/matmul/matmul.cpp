@@ -42,21 +42,37 @@ MatmulShape matmul_shape(const char* op, const Tensor& a, const Tensor& b, bool 
 // (rows, cols) or (B, rows, cols) → (B or 1, rows, cols) view.
 Tensor as_batched(const Tensor& t) { return t.dim() == 3 ? t : t.unsqueeze(0); }
 
+// out (batch, M, N) = op(a)·op(b) (+ bias per column), no autograd, on a's device.
+Tensor gemm_forward(const MatmulShape& s, const Tensor& a, const Tensor& b, const Tensor& bias) {
+  const GemmProblem& p = s.problem;
+  const Tensor a3 = as_batched(a.detach()), b3 = as_batched(b.detach());
+  if (a.is_cuda()) {
+#if MICROLLM_WITH_CUDA
+    Tensor out = Tensor::empty({p.batch, p.m, p.n}, a.dtype(), a.device());
+    if (p.k == 0) {
+      out.fill(0.0);
+      if (bias.defined()) out.copy_from(ops::add(out, bias.detach()));
+    } else if (out.numel() > 0) {
+      gemm_cuda(p, a3, b3, bias.defined() ? bias.detach().contiguous() : Tensor(), out);
+    }
+    return out;
+#endif
+  }
+  // CPU: BLAS in F32/F64 (BF16/F16 widened), then the bias row added.
+  const Tensor aw = a3.to(detail::cpu_compute_dtype(a3.dtype()));
+  const Tensor bw = b3.to(aw.dtype());
+  Tensor out = Tensor::empty({p.batch, p.m, p.n}, aw.dtype());
+  if (p.k == 0) out.fill(0.0);
+  else if (out.numel() > 0) gemm_cpu(p, aw, bw, out);
+  if (bias.defined()) out = ops::add(out, bias.detach().to(aw.dtype()));
+  return out.to(a.dtype());
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   const MatmulShape s = matmul_shape("matmul", a, b, trans_a, trans_b);
-  detail::check_cpu("matmul", a);
-  const Tensor ac = as_batched(a.detach());
-  const Tensor bc = as_batched(b.detach());
-  const bool widen = detail::cpu_compute_dtype(a.dtype()) != a.dtype();
-  const Tensor aw = widen ? detail::cpu_operand(ac) : ac;
-  const Tensor bw = widen ? detail::cpu_operand(bc) : bc;
-  Tensor out = Tensor::empty({s.problem.batch, s.problem.m, s.problem.n}, aw.dtype(), a.device());
-  if (s.problem.k == 0) out.fill(0.0);
-  else if (out.numel() > 0) gemm_cpu(s.problem, aw, bw, out);
-  out = out.reshape(s.out_shape).to(a.dtype());
-
+  Tensor out = gemm_forward(s, a, b, Tensor()).reshape(s.out_shape);
   autograd::record("matmul", {a, b}, {&out},
                    [a = a.detach(), b = b.detach(), trans_a, trans_b](const std::vector<Tensor>& g) {
                      const Tensor& dc = g[0];
@@ -75,20 +91,33 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   detail::check_floating("linear", x, "x");
   detail::check_floating("linear", weight, "weight");
   detail::check_same_dtype("linear", x, "x", weight, "weight");
+  detail::check_same_device("linear", x, "x", weight, "weight");
   MICROLLM_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1), "linear",
                  "expected x (..., in) and weight (out, in), found x ", x.describe(),
                  " and weight ", weight.describe());
   if (bias.defined()) {
     detail::check_floating("linear", bias, "bias");
     detail::check_same_dtype("linear", x, "x", bias, "bias");
+    detail::check_same_device("linear", x, "x", bias, "bias");
     MICROLLM_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear",
                    "bias must be (", weight.size(0), "), found ", bias.describe());
   }
   Shape out_shape = x.shape();
   out_shape.back() = weight.size(0);
-  Tensor y = matmul(x.reshape({-1, x.size(-1)}), weight, false, true);  // (N, out)
-  if (bias.defined()) y = add(y, bias);
-  return y.reshape(out_shape);
+  const Tensor x2 = x.detach().reshape({-1, x.size(-1)});  // (N, in)
+  const MatmulShape s = matmul_shape("linear", x2, weight, false, true);
+  // One GEMM with the bias in its epilogue (cuBLASLt) or added right after (CPU).
+  Tensor out = gemm_forward(s, x2, weight, bias).reshape(out_shape);  // (..., out)
+  autograd::record("linear", {x, weight, bias}, {&out},
+                   [x2, w = weight.detach(), x_shape = x.shape(), has_bias = bias.defined()](
+                       const std::vector<Tensor>& g) {
+                     const Tensor dy = g[0].reshape({-1, w.size(0)});       // (N, out)
+                     Tensor dx = matmul(dy, w, false, false).reshape(x_shape);  // (..., in)
+                     Tensor dw = matmul(dy, x2, true, false);                  // (out, in)
+                     Tensor db = has_bias ? sum(dy, 0, false) : Tensor();      // (out)
+                     return std::vector<Tensor>{dx, dw, db};
+                   });
+  return out;
 }
 
 Tensor matmul_naive(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {

@@ -13,4 +13,11 @@ struct GemmProblem {
 };
 void gemm_cpu(const GemmProblem& p, const Tensor& a, const Tensor& b, const Tensor& out);
 
+#if MICROLLM_WITH_CUDA
+// cuBLASLt: F32/BF16/F16 operands of one dtype, F32 accumulation; bias (N) or undefined is
+// added by the GEMM epilogue.
+void gemm_cuda(const GemmProblem& p, const Tensor& a, const Tensor& b, const Tensor& bias,
+               const Tensor& out);
+#endif
+
 }  // namespace microllm::ops

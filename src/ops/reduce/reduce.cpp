@@ -18,7 +18,6 @@ struct Reduced {
 // Runs one reduction kernel along `dim` without autograd.
 Reduced reduce_compute(ReduceOp op, const char* name, const Tensor& x, int64_t dim) {
   detail::check_floating(name, x, "x");
-  detail::check_cpu(name, x);
   dim = normalize_dim(dim, x.dim(), name);
   const int64_t n = x.shape()[dim];
   MICROLLM_CHECK(n > 0 || op == ReduceOp::Sum, name, "cannot reduce the empty dimension ", dim,
@@ -28,20 +27,21 @@ Reduced reduce_compute(ReduceOp op, const char* name, const Tensor& x, int64_t d
   for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.shape()[d];
   Shape keep = x.shape();
   keep[dim] = 1;
-  const Tensor xc = detail::cpu_operand(x.detach());  // (outer, n, inner) dense
+  const Tensor xc = detail::compute_operand(x.detach());  // (outer, n, inner) dense
+  const Device device = x.device();
   Reduced r{{}, {}, keep};
   if (op == ReduceOp::Sum) {
-    Tensor out = Tensor::empty(keep, xc.dtype());
-    reduce_forward_cpu(op, xc, outer, n, inner, out);
+    Tensor out = Tensor::empty(keep, xc.dtype(), device);
+    MICROLLM_KERNEL(device, reduce_forward, op, xc, outer, n, inner, out);
     r.values = out.to(x.dtype());
     return r;
   }
-  Tensor index = Tensor::empty(keep, DType::I64);
-  reduce_forward_cpu(ReduceOp::Argmax, xc, outer, n, inner, index);
+  Tensor index = Tensor::empty(keep, DType::I64, device);
+  MICROLLM_KERNEL(device, reduce_forward, ReduceOp::Argmax, xc, outer, n, inner, index);
   r.index = index;
   if (op == ReduceOp::Max) {
-    Tensor out = Tensor::empty(keep, xc.dtype());
-    reduce_forward_cpu(ReduceOp::Max, xc, outer, n, inner, out);
+    Tensor out = Tensor::empty(keep, xc.dtype(), device);
+    MICROLLM_KERNEL(device, reduce_forward, ReduceOp::Max, xc, outer, n, inner, out);
     r.values = out.to(x.dtype());
   }
   return r;
@@ -77,9 +77,9 @@ Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
     int64_t outer = 1, inner = 1;
     for (int64_t k = 0; k < d; ++k) outer *= x.shape()[k];
     for (int64_t k = d + 1; k < x.dim(); ++k) inner *= x.shape()[k];
-    const Tensor gc = detail::cpu_operand(g[0]);
-    Tensor grad_x = Tensor::zeros(x.shape(), gc.dtype());
-    scatter_along_dim_cpu(gc, index, outer, x.shape()[d], inner, grad_x);
+    const Tensor gc = detail::compute_operand(g[0]);
+    Tensor grad_x = Tensor::zeros(x.shape(), gc.dtype(), gc.device());
+    MICROLLM_KERNEL(gc.device(), scatter_along_dim, gc, index, outer, x.shape()[d], inner, grad_x);
     return std::vector<Tensor>{grad_x.to(x.dtype())};
   });
   return drop_dim(out, d, keepdim);

@@ -14,7 +14,6 @@ void check_norm_args(const char* op, const Tensor& x, const Tensor& weight, doub
   detail::check_floating(op, weight, "weight");
   detail::check_same_dtype(op, x, "x", weight, "weight");
   detail::check_same_device(op, x, "x", weight, "weight");
-  detail::check_cpu(op, x);
   MICROLLM_CHECK(x.dim() >= 1 && weight.dim() == 1 && weight.size(0) == x.size(-1), op,
                  "expected x (..., C) and weight (C), found x ", x.describe(), " and weight ",
                  weight.describe());
@@ -23,25 +22,25 @@ void check_norm_args(const char* op, const Tensor& x, const Tensor& weight, doub
 }
 
 struct NormSaved {
-  Tensor x, weight, rstd;  // compute dtype, dense
+  Tensor x, weight, rstd;  // dense, in the kernel's dtypes; rstd (R)
 };
 
-// y (compute dtype) and what backward needs.
+// y (kernel dtype) and what backward needs.
 std::pair<Tensor, NormSaved> norm_forward(const Tensor& x, const Tensor& weight, double eps) {
-  const Tensor xc = detail::cpu_operand(x.detach());
-  const Tensor wc = detail::cpu_operand(weight.detach());
-  Tensor y = Tensor::empty(xc.shape(), xc.dtype());
-  Tensor rstd = Tensor::empty({xc.numel() / xc.size(-1)}, xc.dtype());
-  rms_norm_forward_cpu(xc, wc, eps, y, rstd);
+  const Tensor xc = detail::compute_operand(x.detach());
+  const Tensor wc = detail::compute_operand(weight.detach());
+  Tensor y = Tensor::empty(xc.shape(), xc.dtype(), x.device());
+  Tensor rstd = Tensor::empty({xc.numel() / xc.size(-1)}, detail::stat_dtype(xc.dtype()), x.device());
+  MICROLLM_KERNEL(x.device(), rms_norm_forward, xc, wc, eps, y, rstd);
   return {y, {xc, wc, rstd}};
 }
 
-// (dx, dweight) in the compute dtype.
+// (dx, dweight) in the kernel's dtype.
 std::pair<Tensor, Tensor> norm_backward(const NormSaved& s, const Tensor& dy) {
-  const Tensor dyc = detail::cpu_operand(dy).to(s.x.dtype()).contiguous();
-  Tensor dx = Tensor::empty(s.x.shape(), s.x.dtype());
-  Tensor dw = Tensor::empty(s.weight.shape(), s.x.dtype());
-  rms_norm_backward_cpu(s.x, s.weight, s.rstd, dyc, dx, dw);
+  const Tensor dyc = detail::compute_operand(dy.to(s.x.dtype()));
+  Tensor dx = Tensor::empty(s.x.shape(), s.x.dtype(), s.x.device());
+  Tensor dw = Tensor::empty(s.weight.shape(), s.x.dtype(), s.x.device());
+  MICROLLM_KERNEL(s.x.device(), rms_norm_backward, s.x, s.weight, s.rstd, dyc, dx, dw);
   return {dx, dw};
 }
 

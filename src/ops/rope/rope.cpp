@@ -26,7 +26,6 @@ Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
   detail::check_index("rope", positions, "positions");
   detail::check_floating("rope", inv_freq, "inv_freq");
   detail::check_same_device("rope", x, "x", positions, "positions");
-  detail::check_cpu("rope", x);
   detail::check_rank("rope", x, "x", 4);
   const int64_t B = x.size(0), T = x.size(2), D = x.size(3);
   MICROLLM_CHECK(D % 2 == 0, "rope", "head dimension must be even, found x ", x.describe());
@@ -36,18 +35,21 @@ Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
                      (positions.dim() == 2 && positions.size(0) == B && positions.size(1) == T),
                  "rope", "positions must be (T) or (B, T) for x ", x.describe(), ", found ",
                  positions.describe());
-  const Tensor xc = detail::cpu_operand(x.detach());
+  const Tensor xc = detail::compute_operand(x.detach());
   // (T) → (B, T) so the kernel sees one layout.
   const Tensor pos = (positions.dim() == 1 ? positions.unsqueeze(0).expand({B, T}) : positions)
                          .to(DType::I64).contiguous();
-  const Tensor freq = inv_freq.detach().to(Device::cpu()).to(xc.dtype()).contiguous();
-  Tensor y = Tensor::empty(xc.shape(), xc.dtype());
-  rope_cpu(xc, pos, freq, false, y);
+  // Frequencies in the kernel's arithmetic dtype: F32, or F64 for an F64 reference.
+  const DType freq_dtype = detail::stat_dtype(xc.dtype());
+  const Tensor freq = inv_freq.detach().to(x.device()).to(freq_dtype).contiguous();
+  Tensor y = Tensor::empty(xc.shape(), xc.dtype(), x.device());
+  MICROLLM_KERNEL(x.device(), rope, xc, pos, freq, false, y);
   Tensor out = y.to(x.dtype());
-  autograd::record("rope", {x}, {&out}, [pos, freq, dtype = x.dtype()](const std::vector<Tensor>& g) {
-    const Tensor dy = detail::cpu_operand(g[0]).to(freq.dtype()).contiguous();
-    Tensor dx = Tensor::empty(dy.shape(), dy.dtype());
-    rope_cpu(dy, pos, freq, true, dx);
+  autograd::record("rope", {x}, {&out}, [pos, freq, kernel_dtype = xc.dtype(), dtype = x.dtype()](
+                                            const std::vector<Tensor>& g) {
+    const Tensor dy = detail::compute_operand(g[0].to(kernel_dtype));
+    Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+    MICROLLM_KERNEL(dy.device(), rope, dy, pos, freq, true, dx);
     return std::vector<Tensor>{dx.to(dtype)};
   });
   return out;

@@ -11,19 +11,19 @@ namespace {
 Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
   detail::check_floating(name, x, "x");
-  detail::check_cpu(name, x);
   MICROLLM_CHECK(x.dim() >= 1, name, "expected at least one dimension, found ", x.describe());
   dim = normalize_dim(dim, x.dim(), name);
   const int64_t last = x.dim() - 1;
+  const Device device = x.device();
   // Rows along the last dimension; other dims are moved there and back.
-  const Tensor xc = detail::cpu_operand(x.detach().transpose(dim, last));
-  Tensor y = Tensor::empty(xc.shape(), xc.dtype());
-  if (y.numel() > 0) softmax_forward_cpu(xc, y, log);
+  const Tensor xc = detail::compute_operand(x.detach().transpose(dim, last));
+  Tensor y = Tensor::empty(xc.shape(), xc.dtype(), device);
+  if (y.numel() > 0) MICROLLM_KERNEL(device, softmax_forward, xc, y, log);
   Tensor out = y.transpose(dim, last).contiguous().to(x.dtype());
   autograd::record(name, {x}, {&out}, [y, dim, last, log, dtype = x.dtype()](const std::vector<Tensor>& g) {
-    const Tensor dy = detail::cpu_operand(g[0].transpose(dim, last)).to(y.dtype()).contiguous();
-    Tensor dx = Tensor::empty(y.shape(), y.dtype());
-    if (dx.numel() > 0) softmax_backward_cpu(y, dy, dx, log);
+    const Tensor dy = detail::compute_operand(g[0].transpose(dim, last).to(y.dtype()));
+    Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
+    if (dx.numel() > 0) MICROLLM_KERNEL(y.device(), softmax_backward, y, dy, dx, log);
     return std::vector<Tensor>{dx.transpose(dim, last).contiguous().to(dtype)};
   });
   return out;

@@ -1,9 +1,8 @@
 // cast, concat and index_select: validation, CPU copies and backward.
 #include "microllm/ops/tensor_ops.h"
 
-#include <cstring>
-
 #include "../common.h"
+#include "index_select_kernels.h"
 #include "microllm/autograd/node.h"
 
 namespace microllm::ops {
@@ -72,47 +71,27 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   detail::check_defined("index_select", x, "x");
   detail::check_index("index_select", index, "index");
   detail::check_same_device("index_select", x, "x", index, "index");
-  detail::check_cpu("index_select", x);
   MICROLLM_CHECK(index.dim() == 1, "index_select", "index must be 1-D, found ", index.describe());
   dim = normalize_dim(dim, x.dim(), "index_select");
   const int64_t n = x.shape()[dim], K = index.size(0);
-  const Tensor ic = index.contiguous();
-  for (int64_t i = 0; i < K; ++i) {
-    const int64_t id = detail::load_index(ic, i);
-    MICROLLM_CHECK(id >= 0 && id < n, "index_select", "index ", id, " at position ", i,
-                   " is outside [0, ", n, ") for dimension ", dim, " of ", x.describe());
-  }
+  detail::check_index_range("index_select", index, n, "index", "position", x);
   int64_t outer, inner;
   split_around(x.shape(), dim, outer, inner);
   Shape shape = x.shape();
   shape[dim] = K;
-  const Tensor xc = x.detach().contiguous();  // (outer, n, inner)
-  Tensor out = Tensor::empty(shape, x.dtype());  // (outer, K, inner)
-  const size_t width = dtype_size(x.dtype());
-  const size_t row_bytes = static_cast<size_t>(inner) * width;
-  const char* src = static_cast<const char*>(xc.raw_data());
-  char* dst = static_cast<char*>(out.raw_data());
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t k = 0; k < K; ++k)
-      std::memcpy(dst + (o * K + k) * row_bytes, src + (o * n + detail::load_index(ic, k)) * row_bytes, row_bytes);
+  const Device device = x.device();
+  const Tensor ic = index.contiguous();
+  const Tensor xc = x.detach().contiguous();                  // (outer, n, inner)
+  Tensor out = Tensor::empty(shape, x.dtype(), device);       // (outer, K, inner)
+  MICROLLM_KERNEL(device, index_select_forward, xc, ic, outer, n, inner, out);
 
   autograd::record("index_select", {x, index}, {&out},
-                   [ic, dim, n, outer, inner, K, x_shape = x.shape(), dtype = x.dtype()](const std::vector<Tensor>& g) {
-    // dx[o, index[k], i] += dout[o, k, i], in k order (deterministic).
-    const Tensor dy = detail::cpu_operand(g[0]).contiguous();
-    Tensor dx = Tensor::zeros(x_shape, dy.dtype());
-    detail::dispatch_float(dy.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      const T* pdy = dy.data<T>();
-      T* pdx = dx.data<T>();
-#pragma omp parallel for schedule(static)
-      for (int64_t o = 0; o < outer; ++o)
-        for (int64_t k = 0; k < K; ++k) {
-          const int64_t id = detail::load_index(ic, k);
-          for (int64_t i = 0; i < inner; ++i) pdx[(o * n + id) * inner + i] += pdy[(o * K + k) * inner + i];
-        }
-    });
+                   [ic, n, outer, inner, x_shape = x.shape(), dtype = x.dtype()](const std::vector<Tensor>& g) {
+    // Accumulate in F32 (F64 for F64 inputs), then store in x's dtype.
+    const DType acc = detail::stat_dtype(dtype);
+    const Tensor dy = g[0].is_cuda() ? g[0].contiguous() : g[0].to(acc).contiguous();
+    Tensor dx = Tensor::zeros(x_shape, acc, dy.device());
+    MICROLLM_KERNEL(dy.device(), index_select_backward, dy, ic, outer, n, inner, dx);
     return std::vector<Tensor>{dx.to(dtype), Tensor()};
   });
   return out;
