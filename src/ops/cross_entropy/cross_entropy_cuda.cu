@@ -1,0 +1,237 @@
+// CUDA cross-entropy: per-row log-sum-exp, the mean loss over kept rows, and the gradient
+// of the logits. F32/BF16/F16 logits, F32 arithmetic and statistics, I32/I64 targets.
+// Reference: cross_entropy_cpu.cpp (torch.nn.functional.cross_entropy, reduction="mean").
+//
+// Layouts (dense, row-major): logits, dlogits (N, V); targets, lse (N); loss ().
+//   forward   one block per row: running (max m, Σ exp(x − m)) per thread (online
+//             softmax, so the row is read once), block_max / block_sum, then thread 0
+//             writes lse and the row's loss (0 when ignored) to a scratch (N); one block
+//             then sums the scratch in a fixed order and divides by `kept`. No atomics:
+//             the loss is the same bit for bit from run to run.
+//   backward  one block per row: dlogits = dloss·(exp(x − lse) − onehot)/kept, or 0 on an
+//             ignored row. dloss is read on the device: no host synchronization.
+#include <cmath>
+#include <cstdint>
+
+#include "../cuda_common.cuh"
+#include "cross_entropy_kernels.h"
+
+namespace microllm::ops {
+namespace {
+
+using namespace cuda_detail;
+using microllm::cuda::block_max;
+using microllm::cuda::block_sum;
+using microllm::cuda::from_float;
+using microllm::cuda::grid_for;
+using microllm::cuda::kWarp;
+using microllm::cuda::to_float;
+
+// Elements of T in one 16-byte vector.
+template <class T>
+constexpr int kVec = 16 / sizeof(T);
+
+template <class T>
+struct alignas(16) Vec16 {
+  T v[kVec<T>];
+};
+
+// Calls f(a[i]) for the elements of a row of n this thread owns. With `vec` (row 16-byte
+// aligned, n a multiple of kVec<T>) each load moves 16 bytes: the kernels are bandwidth-bound.
+template <class T, class F>
+__device__ __forceinline__ void for_each_owned(const T* a, int64_t n, bool vec, F&& f) {
+  if (vec) {
+    const int64_t vectors = n / kVec<T>;
+    for (int64_t j = threadIdx.x; j < vectors; j += blockDim.x) {
+      const Vec16<T> va = reinterpret_cast<const Vec16<T>*>(a)[j];
+#pragma unroll
+      for (int e = 0; e < kVec<T>; ++e) f(to_float(va.v[e]));
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) f(to_float(a[i]));
+  }
+}
+
+// out[i] = f(i, a[i]) over the owned elements (16-byte loads and stores with `vec`).
+template <class T, class F>
+__device__ __forceinline__ void transform_row(const T* a, T* out, int64_t n, bool vec, F&& f) {
+  if (vec) {
+    const int64_t vectors = n / kVec<T>;
+    for (int64_t j = threadIdx.x; j < vectors; j += blockDim.x) {
+      const Vec16<T> va = reinterpret_cast<const Vec16<T>*>(a)[j];
+      Vec16<T> vo;
+#pragma unroll
+      for (int e = 0; e < kVec<T>; ++e)
+        vo.v[e] = from_float<T>(f(j * kVec<T> + e, to_float(va.v[e])));
+      reinterpret_cast<Vec16<T>*>(out)[j] = vo;
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+      out[i] = from_float<T>(f(i, to_float(a[i])));
+  }
+}
+
+// One thread's running max m and s = Σ exp(x − m) over the elements it has seen.
+struct OnlineSum {
+  float m = -INFINITY;
+  float s = 0.0f;
+};
+
+__device__ __forceinline__ void online_add(OnlineSum& a, float x) {
+  if (x > a.m) {
+    a.s = a.s * expf(a.m - x) + 1.0f;  // rescale the old sum to the new max
+    a.m = x;
+  } else if (x != -INFINITY) {
+    a.s += expf(x - a.m);  // −inf (masked) adds nothing; NaN makes the sum NaN
+  }
+}
+
+template <class T, class I>
+__global__ void __launch_bounds__(1024)
+    cross_entropy_rows_kernel(const T* logits, const I* targets, int64_t rows, int64_t V,
+                              int64_t ignore_index, bool vec, float* lse, float* row_loss) {
+  __shared__ float scratch[kWarp];
+  // Blocks stride over rows; the trip count is uniform in a block (block reductions inside).
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* row = logits + r * V;  // (V)
+    OnlineSum a;
+    for_each_owned(row, V, vec, [&](float x) { online_add(a, x); });
+    const float m = block_max(a.m, scratch);
+    // A thread that saw nothing finite has s = 0 (or NaN, kept so NaN reaches the row).
+    const float s = block_sum(a.s == 0.0f ? 0.0f : a.s * expf(a.m - m), scratch);
+    if (threadIdx.x == 0) {
+      const float row_lse = m + logf(s);
+      lse[r] = row_lse;
+      const int64_t t = static_cast<int64_t>(targets[r]);
+      float loss = 0.0f;
+      // Targets were range-checked on the host; an id outside [0, V) still never reads
+      // outside the row, it poisons the loss instead.
+      if (t != ignore_index) loss = t >= 0 && t < V ? row_lse - to_float(row[t]) : NAN;
+      row_loss[r] = loss;
+    }
+  }
+}
+
+// loss = Σ row_loss / kept (0 when kept = 0), by one block: each thread sums a fixed
+// stride of rows, then block_sum; the order depends only on `rows` and the block size.
+__global__ void __launch_bounds__(1024)
+    mean_over_kept_kernel(const float* row_loss, int64_t rows, int64_t kept, float* loss) {
+  __shared__ float scratch[kWarp];
+  float part = 0.0f;
+  for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) part += row_loss[i];
+  const float total = block_sum(part, scratch);
+  if (threadIdx.x == 0) *loss = kept > 0 ? total / static_cast<float>(kept) : 0.0f;
+}
+
+template <class T, class I>
+__global__ void __launch_bounds__(1024)
+    cross_entropy_backward_kernel(const T* logits, const I* targets, const float* lse,
+                                  const float* dloss, int64_t rows, int64_t V, int64_t ignore_index,
+                                  int64_t kept, bool vec, T* dlogits) {
+  // dloss stays on the device (no .item(), no host synchronization); every thread reads it.
+  const float scale = kept > 0 ? dloss[0] / static_cast<float>(kept) : 0.0f;
+  // No block reductions here, so rows need not be uniform across the block's threads.
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t t = static_cast<int64_t>(targets[r]);
+    const bool ignored = t == ignore_index;
+    const float row_lse = lse[r];
+    transform_row(logits + r * V, dlogits + r * V, V, vec, [&](int64_t v, float x) {
+      if (ignored) return 0.0f;
+      return scale * (expf(x - row_lse) - (v == t ? 1.0f : 0.0f));
+    });
+  }
+}
+
+// Threads of the block for a row of `units` loads: a power of two from 32 to 1024 giving
+// each thread about 8 or more, so short rows do not leave most of a large block idle.
+int block_threads_for_row(int64_t units) {
+  int threads = kWarp;
+  while (threads < 1024 && static_cast<int64_t>(threads) * 8 < units) threads *= 2;
+  return threads;
+}
+
+// Calls fn(I{}) with I = int64_t or int32_t, the element type of the targets.
+template <class Fn>
+void dispatch_index(const Tensor& targets, Fn&& fn) {
+  switch (targets.dtype()) {
+    case DType::I64:
+      fn(int64_t{});
+      return;
+    case DType::I32:
+      fn(int32_t{});
+      return;
+    default:
+      MICROLLM_FAIL("cross_entropy", "targets must be i32 or i64, found ", targets.describe());
+  }
+}
+
+void check_operands(const Tensor& logits, const Tensor& targets, const Tensor& lse) {
+  MICROLLM_CHECK(
+      logits.dim() == 2 && logits.is_contiguous() && targets.is_contiguous() &&
+          targets.numel() == logits.size(0) && lse.is_contiguous() &&
+          lse.numel() == logits.size(0) && lse.dtype() == DType::F32,
+      "cross_entropy",
+      "CUDA kernels take dense logits (N, V), targets (N) and f32 lse (N), found logits ",
+      logits.describe(), " targets ", targets.describe(), " lse ", lse.describe());
+}
+
+}  // namespace
+
+void cross_entropy_forward_cuda(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                int64_t kept, const Tensor& lse, const Tensor& loss) {
+  check_operands(logits, targets, lse);
+  MICROLLM_CHECK(loss.numel() == 1 && loss.dtype() == DType::F32, "cross_entropy",
+                 "loss must be one f32 element, found ", loss.describe());
+  const int64_t N = logits.size(0), V = logits.size(1);
+  const cudaStream_t stream = stream_of(logits);
+  // Per-row losses, summed below in a fixed order (deterministic, unlike atomics).
+  Tensor row_loss;  // (N) f32
+  if (N > 0) {
+    row_loss = Tensor::empty({N}, DType::F32, logits.device());
+    dispatch_cuda_float(logits.dtype(), "cross_entropy", [&](auto tag) {
+      using T = decltype(tag);
+      const bool vec = V % kVec<T> == 0 && aligned16({logits.raw_data()});
+      const int threads = block_threads_for_row(vec ? V / kVec<T> : V);
+      dispatch_index(targets, [&](auto index_tag) {
+        using I = decltype(index_tag);
+        cross_entropy_rows_kernel<T, I><<<grid_for(N, 1), threads, 0, stream>>>(
+            ptr<const T>(logits), ptr<const I>(targets), N, V, ignore_index, vec, ptr<float>(lse),
+            ptr<float>(row_loss));
+        CUDA_CHECK_LAUNCH("cross_entropy_rows_kernel");
+      });
+    });
+  }
+  constexpr int kSumThreads = 1024;
+  mean_over_kept_kernel<<<1, kSumThreads, 0, stream>>>(N > 0 ? ptr<const float>(row_loss) : nullptr,
+                                                       N, kept, ptr<float>(loss));
+  CUDA_CHECK_LAUNCH("mean_over_kept_kernel");
+}
+
+void cross_entropy_backward_cuda(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                 const Tensor& dloss, int64_t ignore_index, int64_t kept,
+                                 const Tensor& dlogits) {
+  check_operands(logits, targets, lse);
+  MICROLLM_CHECK(dloss.numel() == 1 && dloss.dtype() == DType::F32 && dloss.is_cuda(),
+                 "cross_entropy", "dloss must be one f32 element on the device, found ",
+                 dloss.describe());
+  MICROLLM_CHECK(dlogits.is_contiguous() && dlogits.shape() == logits.shape() &&
+                     dlogits.dtype() == logits.dtype(),
+                 "cross_entropy", "dlogits ", dlogits.describe(), " must be dense like logits ",
+                 logits.describe());
+  const int64_t N = logits.size(0), V = logits.size(1);
+  if (N == 0 || V == 0) return;
+  dispatch_cuda_float(logits.dtype(), "cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    const bool vec = V % kVec<T> == 0 && aligned16({logits.raw_data(), dlogits.raw_data()});
+    const int threads = block_threads_for_row(vec ? V / kVec<T> : V);
+    dispatch_index(targets, [&](auto index_tag) {
+      using I = decltype(index_tag);
+      cross_entropy_backward_kernel<T, I><<<grid_for(N, 1), threads, 0, stream_of(dlogits)>>>(
+          ptr<const T>(logits), ptr<const I>(targets), ptr<const float>(lse),
+          ptr<const float>(dloss), N, V, ignore_index, kept, vec, ptr<T>(dlogits));
+      CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
+    });
+  });
+}
+
+}  // namespace microllm::ops

@@ -1,0 +1,309 @@
+// CUDA RMSNorm forward and backward (Zhang & Sennrich 2019; HF LlamaRMSNorm). F32/BF16/F16
+// storage, F32 arithmetic; the CPU reference is rms_norm_cpu.cpp.
+//
+// Layout: x, y, dy, dx dense (R, C) row-major; weight, dweight (C) in x's dtype; rstd (R) F32.
+//   y  = weight · (x · rstd),  rstd = 1 / sqrt(mean(x²) + eps)
+//   dx = rstd · (g − x̂ · mean(g · x̂)),  g = dy · weight,  x̂ = x · rstd
+//   dweight = Σ_rows dy · x̂
+//
+// Row kernels (forward, dx): one warp per row when the row is short (4 rows per block), one
+// block per row otherwise. A thread walks its row in groups of kVec<T> consecutive elements
+// (16 bytes): one vector load per group when C and the pointers allow, else element loads
+// with zeros past C. Both paths add in the same order, so the result does not depend on
+// alignment.
+//
+// dweight is a column sum over all rows, done without atomics so it is deterministic:
+// kernel 1 gives each block a tile of columns and a fixed chunk of rows and writes the
+// chunk's column sums to an F32 scratch (chunks, C); kernel 2 adds the chunks per column in
+// a fixed order and rounds once to the weight's dtype. The chunking depends only on R.
+#include <algorithm>
+
+#include "../cuda_common.cuh"
+#include "../row_kernels.h"
+
+namespace microllm::ops {
+namespace {
+
+using namespace cuda_detail;
+using microllm::cuda::block_sum;
+using microllm::cuda::ceil_div;
+using microllm::cuda::from_float;
+using microllm::cuda::grid_for;
+using microllm::cuda::kWarp;
+using microllm::cuda::to_float;
+using microllm::cuda::warp_sum;
+
+// Elements of T in one 16-byte vector: the group a thread handles at a time.
+template <class T>
+constexpr int kVec = 16 / sizeof(T);
+
+template <class T>
+struct alignas(16) Vec16 {
+  T v[kVec<T>];
+};
+
+// Rows up to this many groups go one per warp (≤ 4 groups per lane); longer rows one per block.
+constexpr int64_t kWarpRowMaxGroups = 4 * kWarp;
+constexpr int kRowsPerWarpBlock = 4;
+// dweight partial sums: a block covers kColThreads column groups × kRowLanes rows at a time.
+constexpr int kColThreads = kWarp;
+constexpr int kRowLanes = 8;
+// Row chunks: at least kMinRowsPerChunk rows each (so a chunk is worth a block), at most
+// kMaxChunks chunks (bounds the scratch at kMaxChunks × C floats).
+constexpr int64_t kMinRowsPerChunk = 32;
+constexpr int64_t kMaxChunks = 512;
+// dweight final sum: a block covers kColThreads columns × kFinishLanes chunks at a time.
+constexpr int kFinishLanes = 16;
+
+// The group of kVec<T> elements of `row` starting at column c0, as floats: one 16-byte load
+// on the vector path (C % kVec<T> == 0, row 16-byte aligned), else element loads, 0 past C.
+template <class T>
+__device__ __forceinline__ void load_group(const T* row, int64_t c0, int64_t C, bool vec,
+                                           float (&out)[kVec<T>]) {
+  if (vec) {
+    const Vec16<T> p = *reinterpret_cast<const Vec16<T>*>(row + c0);
+#pragma unroll
+    for (int j = 0; j < kVec<T>; ++j) out[j] = to_float(p.v[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec<T>; ++j) out[j] = c0 + j < C ? to_float(row[c0 + j]) : 0.0f;
+  }
+}
+
+// Stores the group starting at column c0, rounding each value once to T; nothing past C.
+template <class T>
+__device__ __forceinline__ void store_group(T* row, int64_t c0, int64_t C, bool vec,
+                                            const float (&in)[kVec<T>]) {
+  if (vec) {
+    Vec16<T> p;
+#pragma unroll
+    for (int j = 0; j < kVec<T>; ++j) p.v[j] = from_float<T>(in[j]);
+    *reinterpret_cast<Vec16<T>*>(row + c0) = p;
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec<T>; ++j)
+      if (c0 + j < C) row[c0 + j] = from_float<T>(in[j]);
+  }
+}
+
+// Sum over the threads that share a row: the warp (blockDim.x == 32) or the whole block
+// (blockDim.y == 1). The test is uniform over the block, so every thread reaches the
+// barriers inside block_sum.
+__device__ __forceinline__ float row_sum(float v, float* scratch) {
+  return blockDim.x == kWarp ? warp_sum(v) : block_sum(v, scratch);
+}
+
+// x, y (R, C); weight (C); rstd (R). blockDim (32, rows per block) or (threads, 1).
+template <class T>
+__global__ void rms_norm_forward_kernel(const T* x, const T* weight, float eps, T* y, float* rstd,
+                                        int64_t rows, int64_t C, bool vec) {
+  constexpr int W = kVec<T>;
+  __shared__ float scratch[kWarp];
+  const int64_t groups = (C + W - 1) / W;
+  // Row loop bounds are uniform over the threads of a row (warp or block).
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.y) {
+    const T* xr = x + r * C;
+    // Sum of squares in F32.
+    float sum_sq = 0.0f;
+    for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
+      float v[W];
+      load_group(xr, g * W, C, vec, v);
+#pragma unroll
+      for (int j = 0; j < W; ++j) sum_sq += v[j] * v[j];
+    }
+    sum_sq = row_sum(sum_sq, scratch);
+    const float inv = 1.0f / sqrtf(sum_sq / static_cast<float>(C) + eps);
+    if (threadIdx.x == 0) rstd[r] = inv;
+    // y = weight · (x · rstd). Re-reading x is cheap: this row was just read, so it comes
+    // from L1/L2, and no register or shared-memory cache bounds C.
+    T* yr = y + r * C;
+    for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
+      float v[W], w[W];
+      load_group(xr, g * W, C, vec, v);
+      load_group(weight, g * W, C, vec, w);
+#pragma unroll
+      for (int j = 0; j < W; ++j) v[j] = w[j] * (v[j] * inv);
+      store_group(yr, g * W, C, vec, v);
+    }
+  }
+}
+
+// x, dy, dx (R, C); weight (C); rstd (R). Same thread layout as the forward kernel.
+template <class T>
+__global__ void rms_norm_backward_dx_kernel(const T* x, const T* weight, const float* rstd,
+                                            const T* dy, T* dx, int64_t rows, int64_t C, bool vec) {
+  constexpr int W = kVec<T>;
+  __shared__ float scratch[kWarp];
+  const int64_t groups = (C + W - 1) / W;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.y) {
+    const T* xr = x + r * C;
+    const T* dyr = dy + r * C;
+    const float inv = rstd[r];
+    // dot = Σ g · x̂.
+    float dot = 0.0f;
+    for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
+      float xv[W], wv[W], dv[W];
+      load_group(xr, g * W, C, vec, xv);
+      load_group(weight, g * W, C, vec, wv);
+      load_group(dyr, g * W, C, vec, dv);
+#pragma unroll
+      for (int j = 0; j < W; ++j) dot += (dv[j] * wv[j]) * (xv[j] * inv);
+    }
+    dot = row_sum(dot, scratch);
+    const float mean_dot = dot / static_cast<float>(C);
+    // dx = rstd · (g − x̂ · mean_dot); the second read hits L1/L2 as in the forward.
+    T* dxr = dx + r * C;
+    for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
+      float xv[W], wv[W], dv[W];
+      load_group(xr, g * W, C, vec, xv);
+      load_group(weight, g * W, C, vec, wv);
+      load_group(dyr, g * W, C, vec, dv);
+#pragma unroll
+      for (int j = 0; j < W; ++j) xv[j] = inv * (dv[j] * wv[j] - (xv[j] * inv) * mean_dot);
+      store_group(dxr, g * W, C, vec, xv);
+    }
+  }
+}
+
+// partial (chunks, C) F32 ← Σ over the rows of each chunk of dy · x · rstd.
+// blockDim (kColThreads, kRowLanes); block b covers column tile b % col_tiles (kColThreads
+// groups) and row chunk b / col_tiles. Row lane y adds rows y, y + kRowLanes, … of the
+// chunk; the lanes are then added in order 0..kRowLanes−1.
+template <class T>
+__global__ void rms_norm_dweight_partial_kernel(const T* x, const T* dy, const float* rstd,
+                                                float* partial, int64_t rows, int64_t C,
+                                                int64_t rows_per_chunk, int64_t col_tiles,
+                                                bool vec) {
+  constexpr int W = kVec<T>;
+  // [lane][j][column group]: consecutive threads touch consecutive banks.
+  __shared__ float lane_sums[kRowLanes][W][kColThreads];
+  const int64_t groups = (C + W - 1) / W;
+  const int64_t tile = blockIdx.x % col_tiles, chunk = blockIdx.x / col_tiles;
+  const int64_t g = tile * kColThreads + threadIdx.x;  // this thread's column group
+  const int64_t c0 = g * W;
+  const int64_t row_begin = chunk * rows_per_chunk;
+  const int64_t row_end = min(rows, row_begin + rows_per_chunk);
+  float acc[W];
+#pragma unroll
+  for (int j = 0; j < W; ++j) acc[j] = 0.0f;
+  if (g < groups) {
+    for (int64_t r = row_begin + threadIdx.y; r < row_end; r += kRowLanes) {
+      const float inv = rstd[r];
+      float xv[W], dv[W];
+      load_group(x + r * C, c0, C, vec, xv);
+      load_group(dy + r * C, c0, C, vec, dv);
+#pragma unroll
+      for (int j = 0; j < W; ++j) acc[j] += dv[j] * (xv[j] * inv);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < W; ++j) lane_sums[threadIdx.y][j][threadIdx.x] = acc[j];
+  __syncthreads();
+  if (threadIdx.y == 0 && g < groups) {
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      float s = 0.0f;
+#pragma unroll
+      for (int lane = 0; lane < kRowLanes; ++lane) s += lane_sums[lane][j][threadIdx.x];
+      if (c0 + j < C) partial[chunk * C + c0 + j] = s;
+    }
+  }
+}
+
+// dweight[c] = Σ_k partial[k, c] over the chunks k, in a fixed order, rounded once to T.
+// blockDim (kColThreads, kFinishLanes); block b covers columns b·kColThreads… . Lane y adds
+// chunks y, y + kFinishLanes, …; the lanes are then added in order. With no chunks (R = 0)
+// dweight is 0, as on the CPU.
+template <class T>
+__global__ void rms_norm_dweight_finish_kernel(const float* partial, int64_t num_chunks, int64_t C,
+                                               T* dweight) {
+  __shared__ float lane_sums[kFinishLanes][kColThreads];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColThreads + threadIdx.x;
+  float acc = 0.0f;
+  if (c < C)
+    for (int64_t k = threadIdx.y; k < num_chunks; k += kFinishLanes) acc += partial[k * C + c];
+  lane_sums[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float s = 0.0f;
+#pragma unroll
+    for (int lane = 0; lane < kFinishLanes; ++lane) s += lane_sums[lane][threadIdx.x];
+    dweight[c] = from_float<T>(s);
+  }
+}
+
+// Launch shape of the row kernels for rows of `groups` groups.
+struct RowLaunch {
+  dim3 block;
+  unsigned grid;
+};
+
+RowLaunch row_launch(int64_t rows, int64_t groups) {
+  if (groups <= kWarpRowMaxGroups)
+    return {dim3(kWarp, kRowsPerWarpBlock), grid_for(rows, kRowsPerWarpBlock)};
+  // About 4 groups per thread, a multiple of 32 threads in [64, 1024]: more threads for long
+  // rows so a single row (decode) still spreads over many warps.
+  const int64_t threads =
+      std::clamp<int64_t>(ceil_div(ceil_div(groups, 4), kWarp) * kWarp, 2 * kWarp, 1024);
+  return {dim3(static_cast<unsigned>(threads), 1), grid_for(rows, 1)};
+}
+
+}  // namespace
+
+void rms_norm_forward_cuda(const Tensor& x, const Tensor& weight, double eps, const Tensor& y,
+                           const Tensor& rstd) {
+  const int64_t C = x.size(-1), rows = x.numel() / C;
+  if (rows == 0) return;
+  dispatch_cuda_float(x.dtype(), "rms_norm", [&](auto tag) {
+    using T = decltype(tag);
+    const bool vec = C % kVec<T> == 0 && aligned16({x.raw_data(), weight.raw_data(), y.raw_data()});
+    const RowLaunch launch = row_launch(rows, ceil_div(C, kVec<T>));
+    rms_norm_forward_kernel<T><<<launch.grid, launch.block, 0, stream_of(x)>>>(
+        ptr<const T>(x), ptr<const T>(weight), static_cast<float>(eps), ptr<T>(y), ptr<float>(rstd),
+        rows, C, vec);
+    CUDA_CHECK_LAUNCH("rms_norm_forward_kernel");
+  });
+}
+
+void rms_norm_backward_cuda(const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                            const Tensor& dy, const Tensor& dx, const Tensor& dweight) {
+  const int64_t C = x.size(-1), rows = x.numel() / C;
+  const cudaStream_t stream = stream_of(x);
+  dispatch_cuda_float(x.dtype(), "rms_norm", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t groups = ceil_div(C, kVec<T>);
+    // dx, row by row.
+    if (rows > 0) {
+      const bool vec = C % kVec<T> == 0 &&
+                       aligned16({x.raw_data(), weight.raw_data(), dy.raw_data(), dx.raw_data()});
+      const RowLaunch launch = row_launch(rows, groups);
+      rms_norm_backward_dx_kernel<T><<<launch.grid, launch.block, 0, stream>>>(
+          ptr<const T>(x), ptr<const T>(weight), ptr<const float>(rstd), ptr<const T>(dy),
+          ptr<T>(dx), rows, C, vec);
+      CUDA_CHECK_LAUNCH("rms_norm_backward_dx_kernel");
+    }
+    // dweight: per-chunk column sums, then the chunks added per column.
+    const int64_t rows_per_chunk = std::max(kMinRowsPerChunk, ceil_div(rows, kMaxChunks));
+    const int64_t num_chunks = ceil_div(rows, rows_per_chunk);
+    Tensor
+        partial;  // (num_chunks, C) F32; stream-ordered, so freeing it after the launches is safe
+    if (num_chunks > 0) {
+      partial = Tensor::empty({num_chunks, C}, DType::F32, x.device());
+      const bool vec = C % kVec<T> == 0 && aligned16({x.raw_data(), dy.raw_data()});
+      const int64_t col_tiles = ceil_div(groups, kColThreads);
+      rms_norm_dweight_partial_kernel<T>
+          <<<static_cast<unsigned>(col_tiles * num_chunks), dim3(kColThreads, kRowLanes), 0,
+             stream>>>(ptr<const T>(x), ptr<const T>(dy), ptr<const float>(rstd),
+                       ptr<float>(partial), rows, C, rows_per_chunk, col_tiles, vec);
+      CUDA_CHECK_LAUNCH("rms_norm_dweight_partial_kernel");
+    }
+    rms_norm_dweight_finish_kernel<T><<<static_cast<unsigned>(ceil_div(C, kColThreads)),
+                                        dim3(kColThreads, kFinishLanes), 0, stream>>>(
+        num_chunks > 0 ? ptr<const float>(partial) : nullptr, num_chunks, C, ptr<T>(dweight));
+    CUDA_CHECK_LAUNCH("rms_norm_dweight_finish_kernel");
+  });
+}
+
+}  // namespace microllm::ops

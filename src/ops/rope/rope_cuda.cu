@@ -1,0 +1,62 @@
+// CUDA RoPE, Hugging Face rotate-half convention (Su et al. 2021; HF
+// modeling_llama.apply_rotary_pos_emb). F32/BF16/F16 storage, F32 arithmetic; the CPU
+// reference is rope_cpu.cpp.
+//
+// Layout: x, y dense (B, H, T, D); positions dense (B, T) I64; inv_freq dense (D/2) F32.
+// Pair (i, i + D/2) of row (b, h, t) turns by θ = float(position[b, t]) · inv_freq[i]
+// (−θ when `inverse`, the backward):
+//   y[i] = x[i]·cos θ − x[i + D/2]·sin θ;  y[i + D/2] = x[i + D/2]·cos θ + x[i]·sin θ
+// One thread per pair: consecutive threads take consecutive i, so both halves of a row are
+// read and written coalesced.
+#include "../cuda_common.cuh"
+#include "rope_kernels.h"
+
+namespace microllm::ops {
+namespace {
+
+using namespace cuda_detail;
+using microllm::cuda::from_float;
+using microllm::cuda::grid_for;
+using microllm::cuda::to_float;
+
+// x, y (B, H, T, D) with D = 2·half; positions (B, T); inv_freq (half); pairs = B·H·T·half.
+template <class T>
+__global__ void rope_kernel(const T* x, const int64_t* positions, const float* inv_freq,
+                            bool inverse, T* y, int64_t pairs, int64_t heads, int64_t seq,
+                            int64_t half) {
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs;
+       p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = p % half, row = p / half;  // row indexes (B, H, T)
+    const int64_t t = row % seq, b = row / (heads * seq);
+    // The angle is formed in F32 exactly as on the CPU. sincosf is the accurate version
+    // (not __sinf/__cosf): with positions in the tens of thousands the angles are large
+    // and the fast intrinsics lose several digits.
+    const float angle = static_cast<float>(positions[b * seq + t]) * inv_freq[i];
+    float s, c;
+    sincosf(angle, &s, &c);
+    if (inverse) s = -s;
+    const int64_t lo = row * 2 * half + i, hi = lo + half;
+    const float x1 = to_float(x[lo]), x2 = to_float(x[hi]);
+    y[lo] = from_float<T>(x1 * c - x2 * s);
+    y[hi] = from_float<T>(x2 * c + x1 * s);
+  }
+}
+
+}  // namespace
+
+void rope_cuda(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool inverse,
+               const Tensor& y) {
+  const int64_t heads = x.size(1), seq = x.size(2), half = x.size(3) / 2;
+  const int64_t pairs = x.numel() / 2;
+  if (pairs == 0) return;
+  constexpr int kThreads = 256;
+  dispatch_cuda_float(x.dtype(), "rope", [&](auto tag) {
+    using T = decltype(tag);
+    rope_kernel<T><<<grid_for(pairs, kThreads), kThreads, 0, stream_of(x)>>>(
+        ptr<const T>(x), ptr<const int64_t>(positions), ptr<const float>(inv_freq), inverse,
+        ptr<T>(y), pairs, heads, seq, half);
+    CUDA_CHECK_LAUNCH("rope_kernel");
+  });
+}
+
+}  // namespace microllm::ops
