@@ -51,6 +51,9 @@ class CachingAllocator {
         release_cached(device.index);  // give the cache back and try once more
         status = cudaMalloc(&ptr, size);
       }
+      // A failed cudaMalloc stays the "last error" until read; clear it so the next launch
+      // check does not report it.
+      if (status != cudaSuccess) cudaGetLastError();
       MICROLLM_CHECK(status == cudaSuccess, "cuda allocator", "out of memory on ", device,
                      " allocating ", nbytes, " bytes (", size, " rounded): ",
                      cudaGetErrorString(status), "; allocated ", st.allocated_bytes,

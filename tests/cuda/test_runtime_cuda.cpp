@@ -97,6 +97,9 @@ TEST(CudaAllocator, OutOfMemoryIsAClearError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
   }
+  // The failed cudaMalloc must not linger as the "last error" and fail the next launch.
+  const Tensor after = Tensor::full({1000, 3}, 2.0, DType::F32, kGpu).transpose(0, 1).contiguous();
+  for (float v : after.to_vector_f32()) ASSERT_EQ(v, 2.0f);
 }
 
 TEST(CudaTransfers, RoundTripCountsCallsAndBytes) {
