@@ -14,6 +14,8 @@
 // trained with Adam written out below (the real optimizers live in train/).
 #include "demo.h"
 
+#include "commands.h"
+
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -130,6 +132,22 @@ int run_demo(const DemoOptions& o) {
   std::printf("loss fell from %.4f; second-half loss is now %.4f (ln %lld = %.4f would be guessing)\n",
               first_loss, last_second_half, static_cast<long long>(V), std::log(static_cast<double>(V)));
   return 0;
+}
+
+Command add_demo_command(CLI::App& parent) {
+  auto options = std::make_shared<DemoOptions>();
+  CLI::App* cmd = parent.add_subcommand(
+      "demo", "Fit a one-block attention model to a copy task on the CPU and print the loss falling");
+  cmd->add_option("--steps", options->steps, "optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--batch", options->batch, "sequences per step")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--vocab", options->vocab, "vocabulary size")->check(CLI::Range(2, 100000))->capture_default_str();
+  cmd->add_option("--half", options->half, "tokens before the copy")->check(CLI::Range(1, 4096))->capture_default_str();
+  cmd->add_option("--width", options->width, "model width")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--heads", options->heads, "query heads (even)")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--lr", options->lr, "Adam learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--seed", options->seed, "random seed")->capture_default_str();
+  cmd->add_option("--log-every", options->log_every, "steps between log lines")->check(CLI::PositiveNumber)->capture_default_str();
+  return {cmd, [options] { return run_demo(*options); }};
 }
 
 }  // namespace microllm::app

@@ -1,36 +1,28 @@
-// The microllm command-line tool. Each subcommand reports bad input with one clear line and
-// a non-zero exit code; library errors (microllm::Error) are caught here.
+// The microllm command-line tool. Each subcommand lives in its own file and registers
+// itself through commands.h. Bad input ends with one clear line on stderr and a non-zero
+// exit code; library errors (microllm::Error) are caught here.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <vector>
 
-#include "demo.h"
+#include "commands.h"
 #include "microllm/core/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"microllm: train, serve and verify small decoder-only language models"};
   app.require_subcommand(1);
-
-  microllm::app::DemoOptions demo;
-  CLI::App* demo_cmd = app.add_subcommand(
-      "demo", "Fit a one-block attention model to a copy task on the CPU and print the loss falling");
-  demo_cmd->add_option("--steps", demo.steps, "optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
-  demo_cmd->add_option("--batch", demo.batch, "sequences per step")->check(CLI::PositiveNumber)->capture_default_str();
-  demo_cmd->add_option("--vocab", demo.vocab, "vocabulary size")->check(CLI::Range(2, 100000))->capture_default_str();
-  demo_cmd->add_option("--half", demo.half, "tokens before the copy")->check(CLI::Range(1, 4096))->capture_default_str();
-  demo_cmd->add_option("--width", demo.width, "model width")->check(CLI::PositiveNumber)->capture_default_str();
-  demo_cmd->add_option("--heads", demo.heads, "query heads (even)")->check(CLI::PositiveNumber)->capture_default_str();
-  demo_cmd->add_option("--lr", demo.lr, "Adam learning rate")->check(CLI::PositiveNumber)->capture_default_str();
-  demo_cmd->add_option("--seed", demo.seed, "random seed")->capture_default_str();
-  demo_cmd->add_option("--log-every", demo.log_every, "steps between log lines")->check(CLI::PositiveNumber)->capture_default_str();
-
+  const std::vector<microllm::app::Command> commands = {
+      microllm::app::add_demo_command(app),
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   try {
-    if (*demo_cmd) return microllm::app::run_demo(demo);
+    for (const auto& command : commands)
+      if (*command.app) return command.run();
   } catch (const microllm::Error& e) {
     std::fprintf(stderr, "microllm: error: %s\n", e.what());
     return 1;

@@ -1,0 +1,17 @@
+// The subcommands of the `microllm` tool. Each add_*_command registers its options on the
+// parent app and returns the function that runs it once parsed (returning the exit code).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace microllm::app {
+
+struct Command {
+  CLI::App* app = nullptr;     // the subcommand (parsed when *app is true)
+  std::function<int()> run;    // runs it; returns the process exit code
+};
+
+Command add_demo_command(CLI::App& parent);
+
+}  // namespace microllm::app
