@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Tables of published numbers, generated from committed records.
+
+The README shows benchmark figures only between marker lines
+
+    <!-- records:ops:begin -->  ...  <!-- records:ops:end -->
+
+and every such block must equal what this tool generates from bench/records/. A record
+made with a dirty tree is never cited. For each case the newest clean record is used.
+
+    readme_tables.py --check [README.md]   exit 1 when a block differs from the records
+    readme_tables.py --write [README.md]   rewrite the blocks
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RECORDS = REPO_ROOT / "bench" / "records"
+
+
+def load_records(kind: str, records_dir: Path = RECORDS) -> list[dict]:
+    """Clean records of `kind`, newest per case, in case-name order."""
+    newest: dict[str, dict] = {}
+    for path in sorted((records_dir / kind).glob("*.json")):
+        record = json.loads(path.read_text())
+        if record.get("git", {}).get("dirty", True) or "summary" not in record:
+            continue
+        record["_file"] = path.name
+        case = record["config"]["case"]
+        if case not in newest or record["created_utc"] > newest[case]["created_utc"]:
+            newest[case] = record
+    return [newest[c] for c in sorted(newest)]
+
+
+def ops_table(records: list[dict]) -> str:
+    lines = [
+        "| case | microllm median | PyTorch median | PyTorch / microllm | achieved | of ceiling | commit |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        derived = r["derived"]["microllm"]
+        peer = r.get("peer", {}).get("summary", {}).get("median")
+        ratio = r.get("ratio_of_medians", {}).get("value")
+        if r["config"].get("bound") == "compute":
+            achieved = f"{derived['achieved_tflops']:.0f} TFLOP/s"
+        else:
+            achieved = f"{derived['achieved_tbps']:.2f} TB/s"
+        lines.append(
+            f"| `{r['config']['case']}` | {r['summary']['median']:.4f} ms | "
+            + (f"{peer:.4f} ms" if peer is not None else "—") + " | "
+            + (f"{ratio:.2f}×" if ratio is not None else "—") + f" | {achieved} | "
+            f"{100 * derived['ceiling_fraction']:.0f} % | `{r['git']['commit'][:7]}` |")
+    return "\n".join(lines)
+
+
+GENERATORS = {"ops": lambda: ops_table(load_records("ops"))}
+BLOCK = re.compile(r"(<!-- records:(\w+):begin -->\n)(.*?)(<!-- records:\2:end -->)", re.S)
+
+
+def render(text: str) -> str:
+    def replace(match: re.Match) -> str:
+        kind = match.group(2)
+        if kind not in GENERATORS:
+            raise SystemExit(f"readme_tables: unknown block kind '{kind}'")
+        return match.group(1) + GENERATORS[kind]() + "\n" + match.group(4)
+    return BLOCK.sub(replace, text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--check", action="store_true")
+    mode.add_argument("--write", action="store_true")
+    parser.add_argument("readme", nargs="?", default=str(REPO_ROOT / "README.md"))
+    args = parser.parse_args(argv)
+    path = Path(args.readme)
+    text = path.read_text()
+    expected = render(text)
+    if args.write:
+        path.write_text(expected)
+        return 0
+    if expected != text:
+        print(f"readme_tables: {path} differs from the records; run tools/records/readme_tables.py --write",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
