@@ -13,5 +13,6 @@ struct Command {
 };
 
 Command add_demo_command(CLI::App& parent);
+Command add_inspect_command(CLI::App& parent);
 
 }  // namespace microllm::app

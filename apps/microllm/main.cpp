@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<microllm::app::Command> commands = {
       microllm::app::add_demo_command(app),
+      microllm::app::add_inspect_command(app),
   };
   try {
     app.parse(argc, argv);

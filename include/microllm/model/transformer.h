@@ -1,0 +1,69 @@
+// The dense decoder-only transformer of the qwen2 / llama / qwen3 families, with parameters
+// under their Hugging Face names.
+//
+//   x = embed(ids)                                            (B, T, C)
+//   for each layer:
+//     h = rms_norm(x)                                          input_layernorm
+//     q, k, v = linear(h) (+ bias in qwen2)                    (B, T, H|Hkv, D)
+//     q, k = rms_norm over D (qwen3 q_norm / k_norm)
+//     q, k = rope(q, k)                                        (B, H|Hkv, T, D)
+//     x, h = add_rms_norm(x, o_proj(attention(q, k, v)))       post_attention_layernorm
+//     x = x + down(swiglu(gate(h), up(h)))
+//   logits = lm_head(rms_norm(x))                              (B, T, V)
+//
+// Forward runs on the device and dtype of the parameters (CPU or CUDA; F32 or BF16 — norms,
+// softmax and accumulation are F32 inside the kernels) and records autograd when
+// parameters require gradients. Every intermediate value is handed to an optional observer
+// under a stable name (see value_names in transformer.cpp) for alignment and debugging.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "microllm/core/random.h"
+#include "microllm/model/config.h"
+
+namespace microllm::model {
+
+// Called with (name, value) for each named intermediate, in forward order.
+using Observer = std::function<void(const std::string& name, const Tensor& value)>;
+
+class Transformer {
+ public:
+  // Parameters allocated on `device` in `dtype`, initialized as Hugging Face does for
+  // these models: normal(0, initializer_range) for matrices and embeddings, ones for norm
+  // weights, zeros for biases.
+  Transformer(ModelConfig config, Device device = Device::cpu(), DType dtype = DType::F32,
+              uint64_t seed = 0, double initializer_range = 0.02);
+
+  const ModelConfig& config() const { return config_; }
+  Device device() const { return device_; }
+  DType dtype() const { return dtype_; }
+
+  // Hugging Face name → parameter, sorted by name; the tied LM head is not listed.
+  const std::map<std::string, Tensor>& parameters() const { return parameters_; }
+  Tensor& parameter(const std::string& name);
+  void set_requires_grad(bool requires_grad);
+
+  // ids (B, T) integer on the model's device → logits (B, T, V) in the model's dtype.
+  // positions (T) or (B, T): defaults to 0..T-1.
+  Tensor forward(const Tensor& ids, const Tensor& positions = Tensor(),
+                 const Observer& observer = nullptr) const;
+
+  // Mean next-token cross-entropy of `logits` (B, T, V) for `ids` (B, T): the label of
+  // position t is ids[t+1] (the last position has none), as Hugging Face computes it.
+  static Tensor next_token_loss(const Tensor& logits, const Tensor& ids);
+
+ private:
+  const Tensor& param(const std::string& name) const;
+  Tensor lm_head_weight() const;
+
+  ModelConfig config_;
+  Device device_;
+  DType dtype_;
+  std::map<std::string, Tensor> parameters_;
+  Tensor inv_freq_;  // (D/2) F32 on the device
+};
+
+}  // namespace microllm::model
