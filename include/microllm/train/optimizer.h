@@ -1,0 +1,95 @@
+// Optimizers over named parameters: AdamW (decoupled weight decay; Loshchilov & Hutter
+// 2019) and SGD with momentum, both keeping F32 master weights and F32 state whatever the
+// parameters' dtype (BF16 mixed precision: the model computes in BF16, the optimizer
+// updates the F32 master and casts it back into the parameter).
+//
+// Weight decay applies to matrices (rank ≥ 2) only, not to norm weights and biases, as
+// common practice (e.g. nanoGPT, Hugging Face Trainer).
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "microllm/core/tensor.h"
+
+namespace microllm::train {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Optimizer {
+ public:
+  explicit Optimizer(const std::map<std::string, Tensor>& params);
+  virtual ~Optimizer() = default;
+
+  // One update at learning rate `lr` from the parameters' current .grad (parameters
+  // without a gradient are left alone). Gradients are not cleared.
+  virtual void step(double lr) = 0;
+  // Drops every parameter's gradient.
+  void zero_grad();
+  int64_t steps_taken() const { return steps_; }
+
+  // State for checkpoints: "master.NAME" and the optimizer's own tensors ("exp_avg.NAME",
+  // ...), plus the step count. load_state expects exactly what state() produced.
+  virtual NamedTensors state() const;
+  virtual void load_state(const std::map<std::string, Tensor>& tensors, int64_t steps);
+
+ protected:
+  struct Slot {
+    std::string name;
+    Tensor param;   // the model's parameter (any dtype, any device)
+    Tensor master;  // F32 weights; the parameter itself when it is F32
+    bool decay;     // weight decay applies (rank ≥ 2)
+  };
+  // Writes the master weights back into the parameters (a cast when they differ).
+  void publish(Slot& slot);
+  std::vector<Slot> slots_;
+  int64_t steps_ = 0;
+};
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+class AdamW final : public Optimizer {
+ public:
+  AdamW(const std::map<std::string, Tensor>& params, AdamWOptions options);
+  void step(double lr) override;
+  NamedTensors state() const override;
+  void load_state(const std::map<std::string, Tensor>& tensors, int64_t steps) override;
+
+ private:
+  AdamWOptions options_;
+  std::vector<Tensor> exp_avg_, exp_avg_sq_;  // F32, one per slot
+};
+
+struct SgdOptions {
+  double momentum = 0.9;
+  double weight_decay = 0.0;
+};
+
+class Sgd final : public Optimizer {
+ public:
+  Sgd(const std::map<std::string, Tensor>& params, SgdOptions options);
+  void step(double lr) override;
+  NamedTensors state() const override;
+  void load_state(const std::map<std::string, Tensor>& tensors, int64_t steps) override;
+
+ private:
+  SgdOptions options_;
+  std::vector<Tensor> velocity_;  // F32, one per slot
+};
+
+// Scales all gradients so their global L2 norm is at most `max_norm` (no-op when
+// max_norm ≤ 0). Returns the norm before clipping. Reads one number from the device.
+double clip_grad_norm(const std::map<std::string, Tensor>& params, double max_norm);
+
+// Linear warmup for `warmup` steps, then cosine decay from `peak` to `floor` at `total`.
+// `step` counts from 1.
+double warmup_cosine_lr(int64_t step, int64_t warmup, int64_t total, double peak, double floor);
+
+}  // namespace microllm::train

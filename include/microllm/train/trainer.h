@@ -1,0 +1,81 @@
+// The training loop: next-token cross-entropy on windows drawn from a token file, gradient
+// accumulation, global-norm clipping, warmup + cosine schedule, AdamW or SGD with F32
+// master weights (BF16 mixed precision when the model is BF16), evaluation (loss and
+// perplexity), and checkpoints that resume bit for bit on the same device.
+//
+// Data order: window i of a run starts at a position drawn from the counter-based
+// generator at (seed, i) — so the data position is just the number of windows consumed,
+// and a resumed run draws exactly the windows the uninterrupted run would have.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "microllm/model/transformer.h"
+#include "microllm/train/optimizer.h"
+#include "microllm/train/token_file.h"
+
+namespace microllm::train {
+
+struct TrainOptions {
+  int64_t steps = 100;           // total optimizer steps of the run
+  int64_t batch = 8;             // sequences per micro-batch (B)
+  int64_t seq = 128;             // tokens per sequence (T)
+  int64_t grad_accum = 1;        // micro-batches per optimizer step
+  double lr = 3e-4;              // peak learning rate
+  double min_lr_ratio = 0.1;     // cosine floor as a fraction of lr
+  int64_t warmup = 0;            // linear warmup steps
+  std::string optimizer = "adamw";  // adamw | sgd
+  AdamWOptions adamw;
+  SgdOptions sgd;
+  double grad_clip = 1.0;        // global L2 norm; ≤ 0 disables
+  uint64_t seed = 0;             // parameters and data order
+  Device device = Device::cpu();
+  DType dtype = DType::F32;      // model compute dtype (F32 or BF16)
+};
+
+struct StepStats {
+  int64_t step = 0;
+  double loss = 0;       // mean over the micro-batches
+  double lr = 0;
+  double grad_norm = 0;  // before clipping
+  double seconds = 0;    // wall time of the step, device work included
+  int64_t tokens = 0;    // tokens processed
+};
+
+// Draws `count` windows of seq + 1 tokens, windows first_window .. first_window+count−1 of
+// the run with `seed`: (count, seq + 1) I64 on `device`.
+Tensor sample_windows(const Tensor& tokens, int64_t seq, uint64_t seed, int64_t first_window,
+                      int64_t count, Device device);
+
+class Trainer {
+ public:
+  Trainer(const model::ModelConfig& config, TrainOptions options);
+
+  model::Transformer& model() { return *model_; }
+  const TrainOptions& options() const { return options_; }
+  int64_t step() const { return step_; }
+
+  // Loads weights from a Hugging Face folder (config must match; strict).
+  void init_from(const std::string& dir);
+  // Restores model, optimizer, step and data position from DIR/checkpoint.
+  void resume(const std::string& dir);
+
+  StepStats train_step(const TokenFile& data);
+  // Mean next-token loss over `batches` fixed windows (the same windows every call).
+  double evaluate(const TokenFile& data, int64_t batches);
+
+  // DIR/checkpoint/{optimizer.safetensors, trainer_state.json, config.json}, replaced
+  // atomically (written beside it, then renamed).
+  void save_checkpoint(const std::string& dir) const;
+  // DIR/model.safetensors (Hugging Face names, the model's dtype) and DIR/config.json.
+  void save_model(const std::string& dir) const;
+
+ private:
+  TrainOptions options_;
+  std::unique_ptr<model::Transformer> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  int64_t step_ = 0;
+};
+
+}  // namespace microllm::train

@@ -1,0 +1,172 @@
+// AdamW and SGD with momentum over F32 master weights (see optimizer.h). The updates are
+// written with the elementwise operators, so they run on the parameters' device; a fused
+// single-kernel optimizer over flat parameter buffers is the planned fast path (DESIGN §5).
+#include "microllm/train/optimizer.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "microllm/autograd/node.h"
+#include "microllm/ops/elementwise.h"
+#include "microllm/ops/reduce.h"
+
+namespace microllm::train {
+
+Optimizer::Optimizer(const std::map<std::string, Tensor>& params) {
+  for (const auto& [name, p] : params) {
+    MICROLLM_CHECK(is_floating(p.dtype()), "optimizer", "parameter ", name, " is not floating: ", p.describe());
+    Tensor master = p.dtype() == DType::F32 ? p.detach() : p.detach().to(DType::F32).clone();
+    slots_.push_back({name, p, master, p.dim() >= 2});
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (Slot& s : slots_) s.param.zero_grad();
+}
+
+void Optimizer::publish(Slot& slot) {
+  if (!slot.master.same(slot.param)) slot.param.detach().copy_from(slot.master);
+}
+
+NamedTensors Optimizer::state() const {
+  NamedTensors out;
+  for (const Slot& s : slots_) out.emplace_back("master." + s.name, s.master);
+  return out;
+}
+
+void Optimizer::load_state(const std::map<std::string, Tensor>& tensors, int64_t steps) {
+  for (Slot& s : slots_) {
+    auto it = tensors.find("master." + s.name);
+    MICROLLM_CHECK(it != tensors.end(), "optimizer", "checkpoint has no master weights for ", s.name);
+    MICROLLM_CHECK(it->second.shape() == s.master.shape(), "optimizer", "master weights of ", s.name, " are ",
+                   it->second.describe(), ", expected ", s.master.describe());
+    s.master.copy_from(it->second);
+    publish(s);
+  }
+  steps_ = steps;
+}
+
+namespace {
+// Copies tensors named PREFIX.NAME from `tensors` into `targets` (one per slot name).
+template <class Slots>
+void load_named(const std::map<std::string, Tensor>& tensors, const std::string& prefix,
+                const Slots& slots, std::vector<Tensor>& targets) {
+  for (size_t i = 0; i < slots.size(); ++i) {
+    auto it = tensors.find(prefix + slots[i].name);
+    MICROLLM_CHECK(it != tensors.end(), "optimizer", "checkpoint has no ", prefix, slots[i].name);
+    MICROLLM_CHECK(it->second.shape() == targets[i].shape(), "optimizer", prefix, slots[i].name, " is ",
+                   it->second.describe(), ", expected ", targets[i].describe());
+    targets[i].copy_from(it->second);
+  }
+}
+}  // namespace
+
+AdamW::AdamW(const std::map<std::string, Tensor>& params, AdamWOptions options)
+    : Optimizer(params), options_(options) {
+  for (const Slot& s : slots_) {
+    exp_avg_.push_back(Tensor::zeros(s.master.shape(), DType::F32, s.master.device()));
+    exp_avg_sq_.push_back(Tensor::zeros(s.master.shape(), DType::F32, s.master.device()));
+  }
+}
+
+void AdamW::step(double lr) {
+  autograd::NoGradGuard no_grad;
+  ++steps_;
+  const double b1 = options_.beta1, b2 = options_.beta2;
+  const double bias1 = 1.0 - std::pow(b1, static_cast<double>(steps_));
+  const double bias2 = 1.0 - std::pow(b2, static_cast<double>(steps_));
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    const Tensor grad = s.param.grad();
+    if (!grad.defined()) continue;
+    const Tensor g = grad.to(DType::F32);
+    // m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²
+    exp_avg_[i].copy_from(ops::add(ops::scale(exp_avg_[i], b1), ops::scale(g, 1.0 - b1)));
+    exp_avg_sq_[i].copy_from(ops::add(ops::scale(exp_avg_sq_[i], b2), ops::scale(ops::mul(g, g), 1.0 - b2)));
+    // Decoupled decay, then θ ← θ − lr·m̂ / (sqrt(v̂) + ε).
+    Tensor w = s.decay && options_.weight_decay != 0.0 ? ops::scale(s.master, 1.0 - lr * options_.weight_decay)
+                                                       : s.master;
+    const Tensor denom = ops::add_scalar(ops::sqrt(ops::scale(exp_avg_sq_[i], 1.0 / bias2)), options_.eps);
+    const Tensor update = ops::div(ops::scale(exp_avg_[i], lr / bias1), denom);
+    s.master.copy_from(ops::sub(w, update));
+    publish(s);
+  }
+}
+
+NamedTensors AdamW::state() const {
+  NamedTensors out = Optimizer::state();
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    out.emplace_back("exp_avg." + slots_[i].name, exp_avg_[i]);
+    out.emplace_back("exp_avg_sq." + slots_[i].name, exp_avg_sq_[i]);
+  }
+  return out;
+}
+
+void AdamW::load_state(const std::map<std::string, Tensor>& tensors, int64_t steps) {
+  Optimizer::load_state(tensors, steps);
+  load_named(tensors, "exp_avg.", slots_, exp_avg_);
+  load_named(tensors, "exp_avg_sq.", slots_, exp_avg_sq_);
+}
+
+Sgd::Sgd(const std::map<std::string, Tensor>& params, SgdOptions options)
+    : Optimizer(params), options_(options) {
+  for (const Slot& s : slots_) velocity_.push_back(Tensor::zeros(s.master.shape(), DType::F32, s.master.device()));
+}
+
+void Sgd::step(double lr) {
+  autograd::NoGradGuard no_grad;
+  ++steps_;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    const Tensor grad = s.param.grad();
+    if (!grad.defined()) continue;
+    Tensor g = grad.to(DType::F32);
+    // As torch.optim.SGD: g ← g + wd·θ;  b ← μ·b + g (b = g on the first step);  θ ← θ − lr·b
+    if (s.decay && options_.weight_decay != 0.0) g = ops::add(g, ops::scale(s.master, options_.weight_decay));
+    velocity_[i].copy_from(steps_ == 1 ? g : ops::add(ops::scale(velocity_[i], options_.momentum), g));
+    s.master.copy_from(ops::sub(s.master, ops::scale(velocity_[i], lr)));
+    publish(s);
+  }
+}
+
+NamedTensors Sgd::state() const {
+  NamedTensors out = Optimizer::state();
+  for (size_t i = 0; i < slots_.size(); ++i) out.emplace_back("momentum." + slots_[i].name, velocity_[i]);
+  return out;
+}
+
+void Sgd::load_state(const std::map<std::string, Tensor>& tensors, int64_t steps) {
+  Optimizer::load_state(tensors, steps);
+  load_named(tensors, "momentum.", slots_, velocity_);
+}
+
+double clip_grad_norm(const std::map<std::string, Tensor>& params, double max_norm) {
+  autograd::NoGradGuard no_grad;
+  Tensor total;
+  for (const auto& [name, p] : params) {
+    if (!p.grad().defined()) continue;
+    const Tensor g = p.grad().to(DType::F32);
+    const Tensor sq = ops::sum_all(ops::mul(g, g));
+    total = total.defined() ? ops::add(total, sq) : sq;
+  }
+  if (!total.defined()) return 0.0;
+  const double norm = std::sqrt(total.item());
+  if (max_norm > 0.0 && norm > max_norm) {
+    const double scale = max_norm / (norm + 1e-6);
+    for (const auto& [name, p] : params) {
+      if (!p.grad().defined()) continue;
+      Tensor g = p.grad();
+      g.copy_from(ops::scale(g, scale));
+    }
+  }
+  return norm;
+}
+
+double warmup_cosine_lr(int64_t step, int64_t warmup, int64_t total, double peak, double floor) {
+  if (warmup > 0 && step <= warmup) return peak * static_cast<double>(step) / static_cast<double>(warmup);
+  if (total <= warmup) return peak;
+  const double progress = std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(total - warmup));
+  return floor + 0.5 * (peak - floor) * (1.0 + std::cos(std::numbers::pi * progress));
+}
+
+}  // namespace microllm::train
