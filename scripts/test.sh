@@ -31,6 +31,9 @@ if [ -n "$nvcc_path" ]; then
   cmake --build --preset cuda-release -j "$jobs"
   step "cuda-release: CUDA tests (skipped with a reason when there is no GPU)"
   ctest --preset cuda-release -L cuda -j 1
+  # CTest lists skipped tests without their output; show the reason once.
+  ./build/cuda-release/tests/microllm_cuda_tests --gtest_filter='CudaCopy.FillAndZerosOnDevice' |
+    grep -E "skipped|OK|FAILED" || true
 else
   step "cuda-release: skipped, no nvcc on this machine"
 fi
