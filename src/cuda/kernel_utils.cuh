@@ -46,6 +46,15 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { re
 template <>
 __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 
+// ---- 16-byte vectors: bandwidth-bound kernels move 16 bytes per thread access ---------
+template <class T>
+constexpr int kVec = 16 / sizeof(T);  // elements of T in one 16-byte vector
+
+template <class T>
+struct alignas(16) Vec16 {
+  T v[kVec<T>];
+};
+
 // ---- reductions --------------------------------------------------------------------------
 __device__ __forceinline__ float warp_sum(float v) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);

@@ -12,7 +12,18 @@
 
 namespace microllm::ops::cuda_detail {
 
+using microllm::cuda::block_max;
+using microllm::cuda::block_sum;
+using microllm::cuda::ceil_div;
+using microllm::cuda::from_float;
+using microllm::cuda::grid_for;
+using microllm::cuda::kVec;
+using microllm::cuda::kWarp;
 using microllm::cuda::StridedIndexer;
+using microllm::cuda::to_float;
+using microllm::cuda::Vec16;
+using microllm::cuda::warp_max;
+using microllm::cuda::warp_sum;
 
 // Calls fn(T{}) with T = float, __nv_bfloat16 or __half; other dtypes are an Error naming op.
 template <class Fn>

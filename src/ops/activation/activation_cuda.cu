@@ -16,10 +16,6 @@ namespace microllm::ops {
 namespace {
 
 using namespace cuda_detail;
-using microllm::cuda::ceil_div;
-using microllm::cuda::from_float;
-using microllm::cuda::grid_for;
-using microllm::cuda::to_float;
 
 // The four kernels share one body; kOp picks the arithmetic and the operand counts.
 enum ActivationOp : int { kSiluForward, kSiluBackward, kSwigluForward, kSwigluBackward };
@@ -53,14 +49,6 @@ __device__ __forceinline__ void apply_activation(float a, float b, float c, floa
   }
 }
 
-// Elements of T in one 16-byte vector.
-template <class T>
-constexpr int kVec = 16 / sizeof(T);
-
-template <class T>
-struct alignas(16) Vec16 {
-  T v[kVec<T>];
-};
 
 // a, b, c, out0, out1 (n); operands the op does not use may be null. `vec`: every used
 // pointer is 16-byte aligned.

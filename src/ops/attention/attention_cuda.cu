@@ -19,12 +19,6 @@ namespace microllm::ops {
 namespace {
 
 using namespace cuda_detail;
-using microllm::cuda::block_max;
-using microllm::cuda::block_sum;
-using microllm::cuda::from_float;
-using microllm::cuda::kWarp;
-using microllm::cuda::to_float;
-using microllm::cuda::warp_sum;
 
 constexpr int kThreads = 256;  // per block; a multiple of 32 (block reductions need it)
 constexpr int kWarps = kThreads / kWarp;

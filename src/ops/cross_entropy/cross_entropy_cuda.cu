@@ -14,77 +14,14 @@
 #include <cstdint>
 
 #include "../cuda_common.cuh"
+#include "../row_kernels.cuh"
 #include "cross_entropy_kernels.h"
 
 namespace microllm::ops {
 namespace {
 
 using namespace cuda_detail;
-using microllm::cuda::block_max;
-using microllm::cuda::block_sum;
-using microllm::cuda::from_float;
-using microllm::cuda::grid_for;
-using microllm::cuda::kWarp;
-using microllm::cuda::to_float;
 
-// Elements of T in one 16-byte vector.
-template <class T>
-constexpr int kVec = 16 / sizeof(T);
-
-template <class T>
-struct alignas(16) Vec16 {
-  T v[kVec<T>];
-};
-
-// Calls f(a[i]) for the elements of a row of n this thread owns. With `vec` (row 16-byte
-// aligned, n a multiple of kVec<T>) each load moves 16 bytes: the kernels are bandwidth-bound.
-template <class T, class F>
-__device__ __forceinline__ void for_each_owned(const T* a, int64_t n, bool vec, F&& f) {
-  if (vec) {
-    const int64_t vectors = n / kVec<T>;
-    for (int64_t j = threadIdx.x; j < vectors; j += blockDim.x) {
-      const Vec16<T> va = reinterpret_cast<const Vec16<T>*>(a)[j];
-#pragma unroll
-      for (int e = 0; e < kVec<T>; ++e) f(to_float(va.v[e]));
-    }
-  } else {
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) f(to_float(a[i]));
-  }
-}
-
-// out[i] = f(i, a[i]) over the owned elements (16-byte loads and stores with `vec`).
-template <class T, class F>
-__device__ __forceinline__ void transform_row(const T* a, T* out, int64_t n, bool vec, F&& f) {
-  if (vec) {
-    const int64_t vectors = n / kVec<T>;
-    for (int64_t j = threadIdx.x; j < vectors; j += blockDim.x) {
-      const Vec16<T> va = reinterpret_cast<const Vec16<T>*>(a)[j];
-      Vec16<T> vo;
-#pragma unroll
-      for (int e = 0; e < kVec<T>; ++e)
-        vo.v[e] = from_float<T>(f(j * kVec<T> + e, to_float(va.v[e])));
-      reinterpret_cast<Vec16<T>*>(out)[j] = vo;
-    }
-  } else {
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-      out[i] = from_float<T>(f(i, to_float(a[i])));
-  }
-}
-
-// One thread's running max m and s = Σ exp(x − m) over the elements it has seen.
-struct OnlineSum {
-  float m = -INFINITY;
-  float s = 0.0f;
-};
-
-__device__ __forceinline__ void online_add(OnlineSum& a, float x) {
-  if (x > a.m) {
-    a.s = a.s * expf(a.m - x) + 1.0f;  // rescale the old sum to the new max
-    a.m = x;
-  } else if (x != -INFINITY) {
-    a.s += expf(x - a.m);  // −inf (masked) adds nothing; NaN makes the sum NaN
-  }
-}
 
 template <class T, class I>
 __global__ void __launch_bounds__(1024)
@@ -92,15 +29,12 @@ __global__ void __launch_bounds__(1024)
                               int64_t ignore_index, bool vec, float* lse, float* row_loss) {
   __shared__ float scratch[kWarp];
   // Blocks stride over rows; the trip count is uniform in a block (block reductions inside).
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+  const RowGroup g = row_group<false>();
+  for (int64_t r = g.first; r < rows; r += g.stride) {
     const T* row = logits + r * V;  // (V)
-    OnlineSum a;
-    for_each_owned(row, V, vec, [&](float x) { online_add(a, x); });
-    const float m = block_max(a.m, scratch);
-    // A thread that saw nothing finite has s = 0 (or NaN, kept so NaN reaches the row).
-    const float s = block_sum(a.s == 0.0f ? 0.0f : a.s * expf(a.m - m), scratch);
+    const RowStats st = row_stats<false>(row, V, vec, g, scratch);
     if (threadIdx.x == 0) {
-      const float row_lse = m + logf(s);
+      const float row_lse = st.max + logf(st.sum);
       lse[r] = row_lse;
       const int64_t t = static_cast<int64_t>(targets[r]);
       float loss = 0.0f;
@@ -135,7 +69,7 @@ __global__ void __launch_bounds__(1024)
     const int64_t t = static_cast<int64_t>(targets[r]);
     const bool ignored = t == ignore_index;
     const float row_lse = lse[r];
-    transform_row(logits + r * V, dlogits + r * V, V, vec, [&](int64_t v, float x) {
+    transform_row(logits + r * V, dlogits + r * V, V, vec, row_group<false>(), [&](int64_t v, float x) {
       if (ignored) return 0.0f;
       return scale * (expf(x - row_lse) - (v == t ? 1.0f : 0.0f));
     });

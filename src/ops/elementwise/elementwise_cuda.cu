@@ -12,9 +12,6 @@ namespace microllm::ops {
 namespace {
 
 using namespace cuda_detail;
-using microllm::cuda::from_float;
-using microllm::cuda::grid_for;
-using microllm::cuda::to_float;
 
 __device__ __forceinline__ float apply_binary(BinaryOp op, float a, float b) {
   switch (op) {
@@ -40,14 +37,6 @@ __device__ __forceinline__ float apply_unary(UnaryOp op, float p, float x) {
   return 0.0f;
 }
 
-// Elements of T in one 16-byte vector.
-template <class T>
-constexpr int kVec = 16 / sizeof(T);
-
-template <class T>
-struct alignas(16) Vec16 {
-  T v[kVec<T>];
-};
 
 template <class T>
 __global__ void binary_dense_kernel(BinaryOp op, const T* a, const T* b, T* out, int64_t n) {

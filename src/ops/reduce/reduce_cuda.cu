@@ -30,13 +30,6 @@ namespace microllm::ops {
 namespace {
 
 using namespace cuda_detail;
-using microllm::cuda::block_sum;
-using microllm::cuda::ceil_div;
-using microllm::cuda::from_float;
-using microllm::cuda::grid_for;
-using microllm::cuda::kWarp;
-using microllm::cuda::to_float;
-using microllm::cuda::warp_sum;
 
 constexpr int64_t kNoIndex = INT64_MAX;
 

@@ -25,22 +25,7 @@ namespace microllm::ops {
 namespace {
 
 using namespace cuda_detail;
-using microllm::cuda::block_sum;
-using microllm::cuda::ceil_div;
-using microllm::cuda::from_float;
-using microllm::cuda::grid_for;
-using microllm::cuda::kWarp;
-using microllm::cuda::to_float;
-using microllm::cuda::warp_sum;
 
-// Elements of T in one 16-byte vector: the group a thread handles at a time.
-template <class T>
-constexpr int kVec = 16 / sizeof(T);
-
-template <class T>
-struct alignas(16) Vec16 {
-  T v[kVec<T>];
-};
 
 // Rows up to this many groups go one per warp (≤ 4 groups per lane); longer rows one per block.
 constexpr int64_t kWarpRowMaxGroups = 4 * kWarp;

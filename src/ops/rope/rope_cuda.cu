@@ -15,9 +15,6 @@ namespace microllm::ops {
 namespace {
 
 using namespace cuda_detail;
-using microllm::cuda::from_float;
-using microllm::cuda::grid_for;
-using microllm::cuda::to_float;
 
 // x, y (B, H, T, D) with D = 2·half; positions (B, T); inv_freq (half); pairs = B·H·T·half.
 template <class T>

@@ -14,10 +14,6 @@ namespace microllm::ops {
 namespace {
 
 using namespace cuda_detail;
-using microllm::cuda::ceil_div;
-using microllm::cuda::grid_for;
-using microllm::cuda::kWarp;
-using microllm::cuda::to_float;
 
 constexpr int kThreads = 256;  // per block; a multiple of 32 (the backward uses warp ballots)
 constexpr int kWarps = kThreads / kWarp;
