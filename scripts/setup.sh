@@ -9,7 +9,11 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev # JSON, command line, formatting
   libgtest-dev libgmock-dev libbenchmark-dev # tests and micro-benchmarks
   python3 python3-numpy python3-pytest python3-torch  # PyTorch oracle suite (/usr/bin/python3)
+  libpcre2-dev libutf8proc-dev              # tokenizer: Split regexes, NFC and Unicode categories
 )
+# Tokenizer parity oracle (node + npm). A node already on PATH (e.g. NodeSource's, which
+# bundles npm and conflicts with Debian's npm package) is used as it is.
+command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 
 missing=()
 for p in "${packages[@]}"; do

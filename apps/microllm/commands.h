@@ -14,5 +14,9 @@ struct Command {
 
 Command add_demo_command(CLI::App& parent);
 Command add_inspect_command(CLI::App& parent);
+Command add_tokenizer_command(CLI::App& parent);
+Command add_train_command(CLI::App& parent);
+Command add_eval_command(CLI::App& parent);
+Command add_forward_command(CLI::App& parent);
 
 }  // namespace microllm::app

@@ -15,6 +15,10 @@ int main(int argc, char** argv) {
   const std::vector<microllm::app::Command> commands = {
       microllm::app::add_demo_command(app),
       microllm::app::add_inspect_command(app),
+      microllm::app::add_tokenizer_command(app),
+      microllm::app::add_train_command(app),
+      microllm::app::add_eval_command(app),
+      microllm::app::add_forward_command(app),
   };
   try {
     app.parse(argc, argv);

