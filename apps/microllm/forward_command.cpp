@@ -20,7 +20,7 @@ int run_forward(const ForwardCli& cli) {
   autograd::NoGradGuard no_grad;
   const model::ModelConfig config = model::ModelConfig::load(cli.model);
   const Device device = Device::parse(cli.device);
-  model::Transformer m(config, device, dtype_from_name(cli.dtype));
+  model::Transformer m = model::Transformer::for_loading(config, device, dtype_from_name(cli.dtype));
   io::load_into(m.parameters(), io::open_checkpoint(cli.model), /*strict=*/true);
   const Tensor ids = io::load_npy(cli.ids);
   MICROLLM_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32), "forward",

@@ -36,6 +36,8 @@ class Transformer {
   // weights, zeros for biases.
   Transformer(ModelConfig config, Device device = Device::cpu(), DType dtype = DType::F32,
               uint64_t seed = 0, double initializer_range = 0.02);
+  // Parameters allocated but not initialized, for loading a checkpoint over them.
+  static Transformer for_loading(ModelConfig config, Device device, DType dtype);
 
   const ModelConfig& config() const { return config_; }
   Device device() const { return device_; }
@@ -56,6 +58,8 @@ class Transformer {
   static Tensor next_token_loss(const Tensor& logits, const Tensor& ids);
 
  private:
+  struct Uninitialized {};
+  Transformer(ModelConfig config, Device device, DType dtype, Uninitialized);
   const Tensor& param(const std::string& name) const;
   Tensor lm_head_weight() const;
 
