@@ -103,4 +103,17 @@ std::string compare(const char* what, const Tensor& cuda, const Tensor& cpu,
   return ::testing::AssertionSuccess();
 }
 
+Tensor cuda_test_leaf(const Shape& shape, uint64_t seed, double mean, double std) {
+  Generator gen(seed);
+  Tensor t = randn(shape, gen, DType::F32, Device::cpu(), mean, std);
+  t.set_requires_grad(true);
+  return t;
+}
+
+CudaCheckOptions options_in(DType dtype) {
+  CudaCheckOptions o;
+  o.dtype = dtype;
+  return o;
+}
+
 }  // namespace microllm::testing

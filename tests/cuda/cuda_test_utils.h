@@ -44,4 +44,11 @@ using OpFn = std::function<Tensor(const std::vector<Tensor>&)>;
 ::testing::AssertionResult cuda_matches_cpu(const OpFn& fn, const std::vector<Tensor>& inputs,
                                             const CudaCheckOptions& options = {});
 
+// A CPU F32 leaf of N(mean, std²) samples that requires a gradient.
+Tensor cuda_test_leaf(const Shape& shape, uint64_t seed, double mean = 0.0, double std = 1.0);
+// Default options with the CUDA side running in `dtype`.
+CudaCheckOptions options_in(DType dtype);
+// The dtypes every CUDA operator test covers.
+inline constexpr DType kCudaTestDtypes[] = {DType::F32, DType::BF16};
+
 }  // namespace microllm::testing

@@ -14,19 +14,12 @@ using microllm::testing::cuda_matches_cpu;
 namespace {
 
 Tensor leaf(const Shape& shape, uint64_t seed, double mean = 0.0, double std = 1.0) {
-  Generator gen(seed);
-  Tensor t = randn(shape, gen, DType::F32, Device::cpu(), mean, std);
-  t.set_requires_grad(true);
-  return t;
+  return microllm::testing::cuda_test_leaf(shape, seed, mean, std);
 }
 
-CudaCheckOptions in(DType dtype) {
-  CudaCheckOptions o;
-  o.dtype = dtype;
-  return o;
-}
+CudaCheckOptions in(DType dtype) { return microllm::testing::options_in(dtype); }
 
-const DType kDtypes[] = {DType::F32, DType::BF16};
+constexpr const DType (&kDtypes)[2] = microllm::testing::kCudaTestDtypes;
 
 }  // namespace
 

@@ -24,19 +24,12 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int64_t kVocab = 151936;  // Qwen's vocabulary
 
 Tensor leaf(const Shape& shape, uint64_t seed, double mean = 0.0, double std = 1.0) {
-  Generator gen(seed);
-  Tensor t = randn(shape, gen, DType::F32, Device::cpu(), mean, std);
-  t.set_requires_grad(true);
-  return t;
+  return microllm::testing::cuda_test_leaf(shape, seed, mean, std);
 }
 
-CudaCheckOptions in(DType dtype) {
-  CudaCheckOptions o;
-  o.dtype = dtype;
-  return o;
-}
+CudaCheckOptions in(DType dtype) { return microllm::testing::options_in(dtype); }
 
-const DType kDtypes[] = {DType::F32, DType::BF16};
+constexpr const DType (&kDtypes)[2] = microllm::testing::kCudaTestDtypes;
 
 // A (rows, cols) matrix of small integers (0..3), so most rows hold their largest value
 // several times, then special rows: 0 all equal; 1 all −inf; 2 NaN at columns cols−1 and
