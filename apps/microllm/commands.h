@@ -18,5 +18,6 @@ Command add_tokenizer_command(CLI::App& parent);
 Command add_train_command(CLI::App& parent);
 Command add_eval_command(CLI::App& parent);
 Command add_forward_command(CLI::App& parent);
+Command add_tokenize_command(CLI::App& parent);
 
 }  // namespace microllm::app

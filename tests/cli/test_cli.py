@@ -1,0 +1,127 @@
+"""The `microllm` command line end to end: inspect, tokenize, train, resume, eval, forward,
+and one clear error line with a non-zero exit for bad input.
+
+Run by CTest (label cpu) with MICROLLM_CLI pointing at the built binary.
+"""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+CLI = os.environ.get("MICROLLM_CLI")
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "configs"
+
+
+def run(*args, ok=True):
+    assert CLI, "MICROLLM_CLI is not set"
+    proc = subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=600)
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def assert_one_line_error(proc, *fragments):
+    assert proc.returncode != 0
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("microllm: error:"), lines[0]
+    for f in fragments:
+        assert f in lines[0], (f, lines[0])
+
+
+def bytes_to_unicode():
+    """GPT-2's byte → printable character map (the ByteLevel alphabet)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+def byte_tokenizer(folder: Path) -> Path:
+    """A byte-level BPE tokenizer.json with the 256 byte tokens, one merge and one special token."""
+    alphabet = bytes_to_unicode()
+    vocab = {alphabet[b]: b for b in range(256)}
+    vocab["th"] = 256
+    tok = {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": 257, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+                          "rstrip": False, "normalized": False, "special": True}],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": ["t h"]},
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tokenizer.json").write_text(json.dumps(tok))
+    return folder
+
+
+def test_inspect_counts_and_json():
+    out = run("inspect", "--config", FIXTURES / "qwen2.5-0.5b").stdout
+    assert "494,032,768" in out
+    out = run("inspect", "--config", FIXTURES / "deepseek-r1-distill-qwen-1.5b" / "config.json").stdout
+    assert "1,777,088,000" in out
+    j = json.loads(run("inspect", "--config", FIXTURES / "qwen3-0.6b", "--json").stdout)
+    assert j["parameters"] == 596049920 and j["kv_cache_bytes_per_token"]["bf16"] == 2 * 28 * 8 * 128 * 2
+
+
+def test_bad_input_is_one_error_line(tmp_path):
+    assert_one_line_error(run("inspect", "--config", tmp_path / "missing.json", ok=False), "cannot open")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"model_type": "gpt_neox"}))
+    assert_one_line_error(run("inspect", "--config", bad, ok=False), "model_type 'gpt_neox'")
+    assert run("train", "--config", bad, "--data", bad, "--dtype", "fp8", ok=False).returncode != 0
+
+
+def test_tokenize_train_resume_eval_forward(tmp_path):
+    tokenizer = byte_tokenizer(tmp_path / "tok")
+    text = tmp_path / "a.txt"
+    text.write_text("the cat sat on the mat. " * 200)
+    data = tmp_path / "train.bin"
+    out = run("tokenize", "--tokenizer", tokenizer, "--out", data, "--separator", "<|endoftext|>", text).stdout
+    assert "vocabulary 258" in out
+    manifest = json.loads((tmp_path / "train.bin.json").read_text())
+    ids = np.fromfile(data, dtype="<u4")
+    assert manifest["count"] == ids.size and manifest["vocab_size"] == 258
+    assert ids[-1] == 257 and (ids == 256).sum() == 400  # "th" merged in every "the"
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "vocab_size": 258, "hidden_size": 32,
+                                  "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                  "num_key_value_heads": 2, "tie_word_embeddings": False}))
+    run_dir = tmp_path / "run"
+    common = ["--data", data, "--batch", 4, "--seq", 32, "--lr", 1e-2, "--seed", 3, "--log-every", 5]
+    log = run("train", "--config", config, "--steps", 20, "--val", data, "--out", run_dir, *common).stdout
+    losses = [float(l.split()[1]) for l in log.splitlines() if l.strip() and l.split()[0].isdigit()]
+    assert losses[-1] < losses[0] - 1.0, log  # a repetitive text is learned quickly
+    assert (run_dir / "model.safetensors").exists() and (run_dir / "checkpoint" / "trainer_state.json").exists()
+    log = run("train", "--resume", run_dir, "--steps", 25, *common).stdout
+    assert "resumed from" in log and "at step 20" in log
+
+    j = json.loads(run("eval", "--model", run_dir, "--data", data, "--seq", 32, "--json").stdout)
+    assert j["perplexity"] == pytest.approx(np.exp(j["loss"]))
+    assert j["data_sha256"] == manifest["sha256"]
+
+    np.save(tmp_path / "ids.npy", ids[:64].astype(np.int64).reshape(2, 32))
+    out = run("forward", "--model", run_dir, "--ids", tmp_path / "ids.npy", "--out", tmp_path / "logits.npy", "--loss").stdout
+    logits = np.load(tmp_path / "logits.npy")
+    assert logits.shape == (2, 32, 258) and logits.dtype == np.float32 and np.isfinite(logits).all()
+    assert "loss" in out
+
+    # A model whose vocabulary is smaller than the token file's ids is refused up front.
+    small = tmp_path / "small.json"
+    small.write_text(json.dumps(dict(json.loads(config.read_text()), vocab_size=100)))
+    assert_one_line_error(run("train", "--config", small, "--steps", 1, "--data", data, ok=False),
+                          "outside the model's vocabulary of 100")
