@@ -3,6 +3,7 @@
 // One thread per destination element in a grid-stride loop. Same-dtype dense copies go to
 // cudaMemcpyAsync; same-dtype strided copies move raw 1/2/4/8-byte words; different dtypes
 // convert through double (floats) or int64 (integer to integer), as the CPU backend does.
+#include "indexer.h"
 #include "kernel_utils.cuh"
 #include "microllm/cuda/check.h"
 #include "microllm/cuda/runtime.h"
@@ -10,18 +11,6 @@
 
 namespace microllm::cuda {
 namespace {
-
-StridedIndexer make_indexer(const Tensor& t) {
-  MICROLLM_CHECK(t.dim() <= kMaxRank, "cuda copy", "rank ", t.dim(), " is above the supported ",
-                 kMaxRank, " for ", t.describe());
-  StridedIndexer ix;
-  ix.rank = static_cast<int>(t.dim());
-  for (int d = 0; d < ix.rank; ++d) {
-    ix.sizes[d] = t.shape()[d];
-    ix.strides[d] = t.strides()[d];
-  }
-  return ix;
-}
 
 __device__ double load_as_double(const void* base, int64_t i, int dtype) {
   switch (static_cast<DType>(dtype)) {
@@ -122,7 +111,7 @@ void copy_tensor(const Tensor& dst, const Tensor& src) {
   }
   constexpr int kThreads = 256;
   const unsigned blocks = grid_for(n, kThreads);
-  const StridedIndexer dix = make_indexer(dst), six = make_indexer(src);
+  const StridedIndexer dix = make_indexer(dst, "cuda copy"), six = make_indexer(src, "cuda copy");
   if (dst.dtype() == src.dtype()) {
     switch (dtype_size(dst.dtype())) {
       case 1: copy_words_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<uint8_t*>(dst.raw_data()), dix, static_cast<const uint8_t*>(src.raw_data()), six, n); break;
@@ -144,7 +133,7 @@ void fill_tensor(const Tensor& dst, double value) {
   if (n == 0) return;
   constexpr int kThreads = 256;
   fill_kernel<<<grid_for(n, kThreads), kThreads, 0, current_stream_handle(dst.device())>>>(
-      dst.raw_data(), static_cast<int>(dst.dtype()), make_indexer(dst), value, n);
+      dst.raw_data(), static_cast<int>(dst.dtype()), make_indexer(dst, "cuda fill"), value, n);
   CUDA_CHECK_LAUNCH("fill_kernel");
 }
 

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "../cuda/indexer.h"
 #include "../cuda/kernel_utils.cuh"
 #include "microllm/core/tensor.h"
 #include "microllm/cuda/check.h"
@@ -19,6 +20,7 @@ using microllm::cuda::from_float;
 using microllm::cuda::grid_for;
 using microllm::cuda::kVec;
 using microllm::cuda::kWarp;
+using microllm::cuda::make_indexer;
 using microllm::cuda::StridedIndexer;
 using microllm::cuda::to_float;
 using microllm::cuda::Vec16;
@@ -35,18 +37,6 @@ void dispatch_cuda_float(DType dtype, const char* op, Fn&& fn) {
     default:
       MICROLLM_FAIL(op, "CUDA kernels take f32, bf16 or f16, found ", dtype);
   }
-}
-
-inline StridedIndexer make_indexer(const Tensor& t, const char* op) {
-  MICROLLM_CHECK(t.dim() <= microllm::cuda::kMaxRank, op, "rank ", t.dim(),
-                 " is above the supported ", microllm::cuda::kMaxRank, " for ", t.describe());
-  StridedIndexer ix;
-  ix.rank = static_cast<int>(t.dim());
-  for (int d = 0; d < ix.rank; ++d) {
-    ix.sizes[d] = t.shape()[d];
-    ix.strides[d] = t.strides()[d];
-  }
-  return ix;
 }
 
 inline cudaStream_t stream_of(const Tensor& t) { return microllm::cuda::current_stream_handle(t.device()); }
