@@ -3,21 +3,24 @@
 For a tiny model of each family (qwen2 with q/k/v biases, llama with llama3 RoPE scaling
 and an untied LM head, qwen3 with QK-norm and head_dim ≠ C/H), microllm_model_runner
 writes its random parameters, logits, loss, every parameter gradient and every named
-intermediate; this file rebuilds the model in torch from the parameters (written here
-from the Hugging Face modeling code's equations, since Debian's torch 1.13 has no
-transformers) and compares all of them (SPEC §6: F32 logits ≤ 1e-4, gradients ≤ 1e-4
+intermediate; this file rebuilds the model in torch from the parameters with
+tools/alignment/torch_reference.py (written from the Hugging Face modeling code's
+equations, since Debian's torch 1.13 has no transformers) and compares all of them (SPEC §6: F32 logits ≤ 1e-4, gradients ≤ 1e-4
 relative to the largest element; F64 far tighter).
 """
 
 import json
-import math
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "alignment"))
+import torch_reference  # noqa: E402  (the explicit PyTorch model, shared with the alignment tool)
 
 RUNNER = os.environ.get("MICROLLM_MODEL_RUNNER")
 
@@ -39,99 +42,10 @@ CONFIGS = {
 }
 
 
-def rope_inv_freq(cfg):
-    d = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
-    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
-    scaling = cfg.get("rope_scaling")
-    if scaling and scaling["rope_type"] == "llama3":
-        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
-        old = scaling["original_max_position_embeddings"]
-        low_wavelen, high_wavelen = old / low, old / high
-        wavelen = 2 * math.pi / inv
-        scaled = torch.where(wavelen > low_wavelen, inv / factor, inv)
-        smooth = (old / wavelen - low) / (high - low)
-        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-        medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
-        inv = torch.where(medium, smoothed, scaled)
-    return inv
-
-
-def rms_norm(x, w, eps):
-    dtype = x.dtype
-    x32 = x.to(torch.float32) if dtype != torch.float64 else x
-    var = x32.pow(2).mean(-1, keepdim=True)
-    return w * (x32 * torch.rsqrt(var + eps)).to(dtype)
-
-
-def rotate_half(x):
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 def reference_forward(cfg, p, ids, dtype):
-    """Logits and named intermediates, following the HF Qwen2 / Llama / Qwen3 modeling code."""
-    B, T = ids.shape
-    H, Hkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    D = cfg.get("head_dim", cfg["hidden_size"] // H)
-    eps = cfg["rms_norm_eps"]
+    """Logits and named intermediates of the explicit PyTorch model (tools/alignment)."""
     values = {}
-    x = p["model.embed_tokens.weight"][ids]
-    values["embedding"] = x
-    inv = rope_inv_freq(cfg)
-    # HF forms the angles and cos/sin in F32 and casts them to the model dtype. microllm's
-    # F64 path keeps them in F64 (its purpose is an exact reference), so the F64 check
-    # does the same; F32 follows HF exactly.
-    angle_dtype = torch.float64 if dtype == torch.float64 else torch.float32
-    pos = torch.arange(T, dtype=torch.float32).to(angle_dtype)
-    freqs = torch.outer(pos, inv.to(angle_dtype))
-    emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
-    mask = torch.full((T, T), float("-inf"), dtype=dtype).triu(1)
-    for i in range(cfg["num_hidden_layers"]):
-        pre, n = f"model.layers.{i}.", f"layers.{i}."
-        values[n + "input"] = x
-        h = rms_norm(x, p[pre + "input_layernorm.weight"], eps)
-        values[n + "attn.norm"] = h
-
-        def proj(name):
-            w = p[pre + f"self_attn.{name}.weight"]
-            b = p.get(pre + f"self_attn.{name}.bias")
-            return torch.nn.functional.linear(h, w, b)
-
-        q = proj("q_proj").view(B, T, H, D)
-        k = proj("k_proj").view(B, T, Hkv, D)
-        v = proj("v_proj").view(B, T, Hkv, D)
-        if cfg["model_type"] == "qwen3":
-            q = rms_norm(q, p[pre + "self_attn.q_norm.weight"], eps)
-            k = rms_norm(k, p[pre + "self_attn.k_norm.weight"], eps)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        values[n + "attn.q"], values[n + "attn.k"], values[n + "attn.v"] = q, k, v
-        k_rep = k.repeat_interleave(H // Hkv, dim=1)
-        v_rep = v.repeat_interleave(H // Hkv, dim=1)
-        scores = q @ k_rep.transpose(-1, -2) / math.sqrt(D) + mask
-        probs = torch.softmax(scores.to(torch.float32 if dtype != torch.float64 else dtype), dim=-1).to(dtype)
-        a = (probs @ v_rep).transpose(1, 2).reshape(B, T, H * D)
-        attn_out = torch.nn.functional.linear(a, p[pre + "self_attn.o_proj.weight"])
-        values[n + "attn.out"] = attn_out
-        x = x + attn_out
-        values[n + "attn.residual"] = x
-        h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
-        values[n + "mlp.norm"] = h
-        gate = torch.nn.functional.linear(h, p[pre + "mlp.gate_proj.weight"])
-        up = torch.nn.functional.linear(h, p[pre + "mlp.up_proj.weight"])
-        act = torch.nn.functional.silu(gate) * up
-        values[n + "mlp.act"] = act
-        mlp_out = torch.nn.functional.linear(act, p[pre + "mlp.down_proj.weight"])
-        values[n + "mlp.out"] = mlp_out
-        x = x + mlp_out
-        values[n + "output"] = x
-    h = rms_norm(x, p["model.norm.weight"], eps)
-    values["final_norm"] = h
-    head = p["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else p["lm_head.weight"]
-    logits = torch.nn.functional.linear(h, head)
-    values["logits"] = logits
+    logits = torch_reference.forward(cfg, p, ids, dtype, observe=values.__setitem__)
     return logits, values
 
 
