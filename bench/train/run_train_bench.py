@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Training throughput, microllm against PyTorch in one run on the same GPU; one record.
+
+Runs `microllm train` on random tokens (config, B, T, BF16 compute with F32 master weights,
+AdamW, clipping) and parses its per-step seconds, then bench/train/torch_train_step.py with
+the same shape (F32 master, BF16 autocast, SDPA, fused AdamW), and writes one record of kind
+"train" (tools/records/record.py): samples are step seconds after the warm-up steps for both
+sides, the ratio of medians is PyTorch / microllm (> 1: microllm faster), and tokens/s are
+derived from the medians.
+
+  run_train_bench.py --microllm build/.../microllm --config tests/fixtures/configs/qwen2.5-0.5b/config.json \
+      --batch 8 --seq 1024 --steps 10 --warmup 2 --records-dir $OUT/records [--no-peer]
+"""
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools" / "records"))
+import record  # noqa: E402
+
+
+def token_file(path: Path, vocab: int) -> None:
+    ids = np.random.default_rng(0).integers(0, vocab, size=4_000_000, dtype=np.uint32)
+    ids.tofile(path)
+    path.with_name(path.name + ".json").write_text(json.dumps(
+        {"format": "microllm-tokens-v1", "dtype": "uint32", "count": int(ids.size),
+         "sha256": hashlib.sha256(ids.tobytes()).hexdigest(), "vocab_size": vocab}))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--microllm", required=True)
+    p.add_argument("--config", required=True)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--steps", type=int, default=10, help="timed steps")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--records-dir", default=str(record.DEFAULT_RECORDS_DIR))
+    p.add_argument("--no-peer", action="store_true")
+    args = p.parse_args()
+    cfg = json.loads(Path(args.config).read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "train.bin"
+        token_file(data, cfg["vocab_size"])
+        argv = [args.microllm, "train", "--config", args.config, "--data", str(data),
+                "--steps", str(args.warmup + args.steps), "--batch", str(args.batch), "--seq", str(args.seq),
+                "--lr", "1e-4", "--warmup", "2", "--device", args.device, "--dtype", "bf16", "--log-every", "1",
+                "--out", str(Path(tmp) / "run")]
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        sys.stdout.write(proc.stdout[-3000:])
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stderr[-3000:])
+            return 1
+    # Step lines: step, loss, lr, grad norm, tokens/s (last); seconds = tokens per step / rate.
+    tokens = args.batch * args.seq
+    rows = [line.split() for line in proc.stdout.splitlines()]
+    seconds = [tokens / float(r[-1]) for r in rows if len(r) >= 5 and r[0].isdigit() and int(r[0]) > args.warmup]
+    if not seconds:
+        sys.stderr.write("run_train_bench: no step lines in the output of microllm train\n")
+        return 1
+    peer = None
+    versions = {}
+    if not args.no_peer:
+        torch_proc = subprocess.run([sys.executable, str(REPO / "bench" / "train" / "torch_train_step.py"),
+                                     "--config", args.config, "--batch", str(args.batch), "--seq", str(args.seq),
+                                     "--steps", str(args.steps), "--warmup", str(args.warmup)],
+                                    capture_output=True, text=True)
+        if torch_proc.returncode != 0:
+            sys.stderr.write(torch_proc.stderr[-3000:])
+            return 1
+        result = json.loads(torch_proc.stdout.strip().splitlines()[-1])
+        peer = {"name": "pytorch eager (F32 master, BF16 autocast, SDPA, fused AdamW)", "samples": result["seconds"]}
+        versions = {"torch": result["torch"], "transformers": result["transformers"]}
+    config = {"model": cfg.get("model_type"), "config": args.config, "batch": args.batch, "seq": args.seq,
+              "dtype": "bf16 compute, f32 master", "optimizer": "adamw", "warmup_steps": args.warmup,
+              "timed_steps": args.steps, "tokens_per_step": tokens}
+    rec = record.make_record("train", config, seconds, "s", peer=peer, versions=versions,
+                             host=record.host_info(), extra={"derived": {
+                                 "microllm_tokens_per_s": tokens / record.summarize(seconds)["median"],
+                                 "peer_tokens_per_s": tokens / record.summarize(peer["samples"])["median"] if peer else None,
+                                 "peer_peak_bytes": result["peak_bytes"] if peer else None}})
+    path = record.write_record(rec, f"{cfg.get('model_type')}-b{args.batch}-t{args.seq}", args.records_dir)
+    d = rec["derived"]
+    print(f"train_bench: microllm {d['microllm_tokens_per_s']:.0f} tokens/s, PyTorch "
+          f"{d['peer_tokens_per_s'] or float('nan'):.0f} tokens/s, ratio (PyTorch/microllm step time) "
+          f"{(rec.get('ratio_of_medians') or {}).get('value')}; record {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
