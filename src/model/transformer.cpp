@@ -144,7 +144,9 @@ Tensor Transformer::next_token_loss(const Tensor& logits, const Tensor& ids) {
   MICROLLM_CHECK(T >= 2, "next_token_loss", "need at least two tokens per row, found T=", T);
   const Tensor predicted = logits.narrow(1, 0, T - 1).reshape({B * (T - 1), V});  // (B·(T−1), V)
   const Tensor labels = ids.narrow(1, 1, T - 1).reshape({B * (T - 1)});          // (B·(T−1))
-  return ops::cross_entropy(predicted, labels);
+  // BF16/F16 logits give an F32 loss (computed in F32 either way); F32 and F64 keep theirs.
+  const DType loss_dtype = logits.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  return ops::cross_entropy(predicted, labels, -100, loss_dtype);
 }
 
 }  // namespace microllm::model

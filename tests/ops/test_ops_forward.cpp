@@ -417,4 +417,15 @@ TEST(OpsForward, Bf16InputsGiveBf16OutputsNearF32) {
   EXPECT_NEAR(loss.item(),
               ops::cross_entropy(a.to(DType::BF16).to(DType::F32), ids({0, 7, 3}, {3})).item(),
               2e-2);
+  // Asked for in F32, the same loss keeps the F32 value the kernel computed, and its
+  // gradient reaches the BF16 logits in BF16.
+  Tensor logits = a.to(DType::BF16);
+  logits.set_requires_grad(true);
+  const Tensor loss32 = ops::cross_entropy(logits, ids({0, 7, 3}, {3}), -100, DType::F32);
+  EXPECT_EQ(loss32.dtype(), DType::F32);
+  EXPECT_NEAR(loss32.item(), ops::cross_entropy(a.to(DType::BF16).to(DType::F32), ids({0, 7, 3}, {3})).item(), 1e-6);
+  loss32.backward();
+  ASSERT_TRUE(logits.grad().defined());
+  EXPECT_EQ(logits.grad().dtype(), DType::BF16);
+  EXPECT_ERROR(ops::cross_entropy(a, ids({0, 7, 3}, {3}), -100, DType::I64), "cross_entropy", {"loss dtype"});
 }

@@ -54,7 +54,8 @@ class Transformer {
                  const Observer& observer = nullptr) const;
 
   // Mean next-token cross-entropy of `logits` (B, T, V) for `ids` (B, T): the label of
-  // position t is ids[t+1] (the last position has none), as Hugging Face computes it.
+  // position t is ids[t+1] (the last position has none), as Hugging Face computes it;
+  // an F32 scalar for F32, BF16 and F16 logits (F64 for F64).
   static Tensor next_token_loss(const Tensor& logits, const Tensor& ids);
 
  private:

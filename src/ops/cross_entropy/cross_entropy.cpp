@@ -9,6 +9,13 @@ namespace microllm::ops {
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
   detail::check_floating("cross_entropy", logits, "logits");
+  return cross_entropy(logits, targets, ignore_index, logits.dtype());
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, DType loss_dtype) {
+  MICROLLM_CHECK(is_floating(loss_dtype), "cross_entropy", "loss dtype must be floating, found ",
+                 dtype_name(loss_dtype));
+  detail::check_floating("cross_entropy", logits, "logits");
   detail::check_index("cross_entropy", targets, "targets");
   detail::check_same_device("cross_entropy", logits, "logits", targets, "targets");
   detail::check_rank("cross_entropy", logits, "logits", 2);
@@ -25,7 +32,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   Tensor lse = Tensor::empty({N}, stat, device);                             // (N)
   Tensor loss = Tensor::empty({}, stat, device);                             // ()
   MICROLLM_KERNEL(device, cross_entropy_forward, lc, tc, ignore_index, kept, lse, loss);
-  Tensor out = loss.to(logits.dtype());
+  Tensor out = loss.to(loss_dtype);
 
   autograd::record("cross_entropy", {logits, targets}, {&out},
                    [lc, lse, tc, ignore_index, kept, dtype = logits.dtype()](const std::vector<Tensor>& g) {
