@@ -1,7 +1,8 @@
 """The `microllm` command line end to end: inspect, tokenize, train, resume, eval, forward,
 and one clear error line with a non-zero exit for bad input.
 
-Run by CTest (label cpu) with MICROLLM_CLI pointing at the built binary.
+Run by CTest (label cpu) with MICROLLM_CLI pointing at the built binary. On the GPU machine,
+MICROLLM_CLI_DEVICE=cuda runs train, resume, eval and forward on the GPU.
 """
 
 import json
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 CLI = os.environ.get("MICROLLM_CLI")
+DEVICE = os.environ.get("MICROLLM_CLI_DEVICE", "cpu")
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "configs"
 
 
@@ -102,7 +104,8 @@ def test_tokenize_train_resume_eval_forward(tmp_path):
                                   "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                                   "num_key_value_heads": 2, "tie_word_embeddings": False}))
     run_dir = tmp_path / "run"
-    common = ["--data", data, "--batch", 4, "--seq", 32, "--lr", 1e-2, "--seed", 3, "--log-every", 5]
+    common = ["--data", data, "--batch", 4, "--seq", 32, "--lr", 1e-2, "--seed", 3, "--log-every", 5,
+              "--device", DEVICE]
     log = run("train", "--config", config, "--steps", 20, "--val", data, "--out", run_dir, *common).stdout
     losses = [float(l.split()[1]) for l in log.splitlines() if l.strip() and l.split()[0].isdigit()]
     assert losses[-1] < losses[0] - 1.0, log  # a repetitive text is learned quickly
@@ -110,12 +113,13 @@ def test_tokenize_train_resume_eval_forward(tmp_path):
     log = run("train", "--resume", run_dir, "--steps", 25, *common).stdout
     assert "resumed from" in log and "at step 20" in log
 
-    j = json.loads(run("eval", "--model", run_dir, "--data", data, "--seq", 32, "--json").stdout)
+    j = json.loads(run("eval", "--model", run_dir, "--data", data, "--seq", 32, "--json", "--device", DEVICE).stdout)
     assert j["perplexity"] == pytest.approx(np.exp(j["loss"]))
     assert j["data_sha256"] == manifest["sha256"]
 
     np.save(tmp_path / "ids.npy", ids[:64].astype(np.int64).reshape(2, 32))
-    out = run("forward", "--model", run_dir, "--ids", tmp_path / "ids.npy", "--out", tmp_path / "logits.npy", "--loss").stdout
+    out = run("forward", "--model", run_dir, "--ids", tmp_path / "ids.npy", "--out", tmp_path / "logits.npy", "--loss",
+              "--device", DEVICE).stdout
     logits = np.load(tmp_path / "logits.npy")
     assert logits.shape == (2, 32, 258) and logits.dtype == np.float32 and np.isfinite(logits).all()
     assert "loss" in out
