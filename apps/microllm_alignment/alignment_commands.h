@@ -1,0 +1,18 @@
+// The subcommands of the `microllm_alignment` tool. Each add_*_command registers its
+// options on the parent app and returns the function that runs it once parsed.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace microllm::alignment {
+
+struct Command {
+  CLI::App* app = nullptr;   // the subcommand (parsed when *app is true)
+  std::function<int()> run;  // runs it; returns the process exit code
+};
+
+Command add_model_command(CLI::App& parent);
+Command add_operator_command(CLI::App& parent);
+
+}  // namespace microllm::alignment
