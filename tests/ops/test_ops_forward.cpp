@@ -429,3 +429,20 @@ TEST(OpsForward, Bf16InputsGiveBf16OutputsNearF32) {
   EXPECT_EQ(logits.grad().dtype(), DType::BF16);
   EXPECT_ERROR(ops::cross_entropy(a, ids({0, 7, 3}, {3}), -100, DType::I64), "cross_entropy", {"loss dtype"});
 }
+
+// rope_inv_freq follows Hugging Face's F32 sequence 1 / theta^(2i/D) with each step correctly
+// rounded (the power evaluated here in long double). libm's powf, used before, was an ulp off
+// in many elements (e.g. D=128, theta=1e6, i=37), which moves RoPE at large positions.
+TEST(OpsForward, RopeInvFreqRoundsEachStepCorrectly) {
+  for (const int64_t D : {64, 80, 128}) {
+    for (const double theta : {1e4, 5e5, 1e6}) {
+      const std::vector<float> got = ops::rope_inv_freq(D, theta).to_vector_f32();
+      ASSERT_EQ(static_cast<int64_t>(got.size()), D / 2);
+      for (int64_t i = 0; i < D / 2; ++i) {
+        const float exponent = static_cast<float>(2 * i) / static_cast<float>(D);
+        const float power = static_cast<float>(std::pow(static_cast<long double>(theta), static_cast<long double>(exponent)));
+        EXPECT_EQ(got[i], 1.0f / power) << "D=" << D << " theta=" << theta << " i=" << i;
+      }
+    }
+  }
+}
