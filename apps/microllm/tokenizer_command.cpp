@@ -92,6 +92,9 @@ int run_decode(const DecodeOptions& o) {
 
 }  // namespace
 
+Command add_tokenizer_train_command(CLI::App& tokenizer);        // tokenizer_train_command.cpp
+Command add_tokenizer_render_chat_command(CLI::App& tokenizer);  // its own .cpp
+
 Command add_tokenizer_command(CLI::App& parent) {
   CLI::App* cmd = parent.add_subcommand(
       "tokenizer", "Encode and decode text with a Hugging Face tokenizer.json");
@@ -122,7 +125,14 @@ Command add_tokenizer_command(CLI::App& parent) {
   decode->add_flag("--skip-special-tokens", dec->skip_special_tokens,
                    "leave special tokens out of the text");
 
-  return {cmd, [enc, dec, encode] { return *encode ? run_encode(*enc) : run_decode(*dec); }};
+  const Command train = add_tokenizer_train_command(*cmd);
+  const Command render_chat = add_tokenizer_render_chat_command(*cmd);
+
+  return {cmd, [enc, dec, encode, train, render_chat] {
+            if (*train.app) return train.run();
+            if (*render_chat.app) return render_chat.run();
+            return *encode ? run_encode(*enc) : run_decode(*dec);
+          }};
 }
 
 }  // namespace microllm::app
