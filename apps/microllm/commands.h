@@ -17,6 +17,7 @@ Command add_inspect_command(CLI::App& parent);
 Command add_tokenizer_command(CLI::App& parent);
 Command add_train_command(CLI::App& parent);
 Command add_eval_command(CLI::App& parent);
+Command add_launch_command(CLI::App& parent);
 Command add_forward_command(CLI::App& parent);
 Command add_tokenize_command(CLI::App& parent);
 

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
       microllm::app::add_tokenizer_command(app),
       microllm::app::add_train_command(app),
       microllm::app::add_eval_command(app),
+      microllm::app::add_launch_command(app),
       microllm::app::add_forward_command(app),
       microllm::app::add_tokenize_command(app),
   };

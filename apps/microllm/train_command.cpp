@@ -1,5 +1,11 @@
 // `microllm train` and `microllm eval`: the training loop and held-out evaluation on token
 // files (format microllm-tokens-v1).
+//
+// Data parallel: when WORLD_SIZE > 1 (set by `microllm launch` or torchrun) or with
+// --distributed, each process is one rank on cuda:LOCAL_RANK; rank 0 hands NCCL's unique id
+// to the others over the TCP rendezvous at MASTER_ADDR:MASTER_PORT. Only rank 0 prints and
+// writes files; errors name the rank. docs/distributed.md.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -8,7 +14,12 @@
 
 #include "commands.h"
 #include "microllm/io/safetensors.h"
+#include "microllm/train/distributed/environment.h"
+#include "microllm/train/distributed/tcp_rendezvous.h"
 #include "microllm/train/trainer.h"
+#if MICROLLM_WITH_NCCL
+#include "microllm/train/distributed/nccl_communicator.h"
+#endif
 
 namespace microllm::app {
 namespace {
@@ -17,12 +28,72 @@ struct TrainCli {
   std::string config, data, val, out, init_from, resume, device = "cpu", dtype = "f32";
   train::TrainOptions options;
   int64_t log_every = 10, eval_every = 0, eval_batches = 4, checkpoint_every = 0;
+  bool no_overlap = false, distributed = false;
+  double dist_timeout = 300.0;
 };
 
-int run_train(TrainCli& cli) {
+// This process's communicator in a data-parallel run (NCCL on cuda:LOCAL_RANK); sets the
+// device the rank trains on.
+std::shared_ptr<train::Communicator> make_communicator(const TrainCli& cli, const train::DistributedEnv& env,
+                                                       Device& device) {
+#if MICROLLM_WITH_NCCL
+  MICROLLM_CHECK(device.is_cuda(), "train", "data-parallel training (WORLD_SIZE=", env.world_size,
+                 ") runs over NCCL on CUDA devices: pass --device cuda (each rank uses cuda:LOCAL_RANK)");
+  device = Device::cuda(env.local_rank);
+  train::NcclUniqueId id{};
+  if (env.rank == 0) id = train::nccl_unique_id();
+  const std::vector<uint8_t> blob =
+      train::exchange_rendezvous_blob(env, std::vector<uint8_t>(id.begin(), id.end()), cli.dist_timeout);
+  MICROLLM_CHECK(blob.size() == id.size(), "train", "the rendezvous returned ", blob.size(), " bytes, expected ",
+                 id.size(), " (an NCCL unique id)");
+  std::copy(blob.begin(), blob.end(), id.begin());
+  return std::make_shared<train::NcclCommunicator>(id, env.rank, env.world_size, device);
+#else
+  (void)cli;
+  (void)device;
+  MICROLLM_FAIL("train", "data-parallel training (WORLD_SIZE=", env.world_size,
+                ") needs NCCL, and this microllm was built without it (configure with -DMICROLLM_WITH_CUDA=ON "
+                "-DMICROLLM_WITH_NCCL=ON)");
+#endif
+}
+
+// Median per stage over the steps after the first (all of them when there is one),
+// gathered from every rank; rank 0 prints one line per rank.
+void print_stage_summary(const std::vector<train::StepStats>& steps, train::Communicator* comm) {
+  if (steps.empty()) return;
+  const size_t skip = steps.size() > 1 ? 1 : 0;
+  std::vector<double> medians(train::kStageCount);
+  for (int k = 0; k < train::kStageCount; ++k) {
+    std::vector<double> v;
+    for (size_t i = skip; i < steps.size(); ++i) v.push_back(steps[i].stages.seconds[static_cast<size_t>(k)] * 1e3);
+    std::sort(v.begin(), v.end());
+    medians[static_cast<size_t>(k)] = v[v.size() / 2];
+  }
+  std::vector<double> all = medians;  // (W·stages) in ms
+  if (comm) {
+    const Tensor mine = Tensor::from_vector(medians, {train::kStageCount}, DType::F32, comm->device());
+    Tensor gathered = Tensor::empty({comm->world_size() * train::kStageCount}, DType::F32, comm->device());
+    comm->all_gather(mine, gathered);
+    all = gathered.to_vector_f64();
+    if (comm->rank() != 0) return;
+  }
+  std::printf("stage time per step, median of %zu step(s), ms:\n", steps.size() - skip);
+  for (size_t r = 0; r < all.size() / train::kStageCount; ++r) {
+    std::printf("  rank %zu", r);
+    for (int k = 0; k < train::kStageCount; ++k)
+      std::printf("  %s %.3f", train::stage_name(static_cast<train::Stage>(k)), all[r * train::kStageCount + k]);
+    std::printf("\n");
+  }
+}
+
+int run_train_rank(TrainCli& cli, const train::DistributedEnv& env, bool distributed) {
   train::TrainOptions& o = cli.options;
   o.device = Device::parse(cli.device);
   o.dtype = dtype_from_name(cli.dtype);
+  o.data_parallel.overlap = !cli.no_overlap;
+  MICROLLM_CHECK(distributed || !o.data_parallel.zero1, "train",
+                 "--zero1 shards the optimizer over data-parallel ranks: start the ranks with `microllm launch`");
+  const bool lead = env.rank == 0;
   MICROLLM_CHECK(cli.resume.empty() || cli.init_from.empty(), "train", "--resume and --init-from exclude each other");
   // The model: --config, or the checkpoint's when resuming.
   const std::string config_path = !cli.config.empty() ? cli.config
@@ -33,41 +104,66 @@ int run_train(TrainCli& cli) {
   const train::TokenFile data = train::load_token_file(cli.data, config.vocab_size);
   const bool has_val = !cli.val.empty();
   const train::TokenFile val = has_val ? train::load_token_file(cli.val, config.vocab_size) : train::TokenFile{};
+  // Inputs are checked first: a bad flag or file fails every rank before the rendezvous.
+  std::shared_ptr<train::Communicator> comm;
+  if (distributed) comm = make_communicator(cli, env, o.device);
 
-  train::Trainer trainer(config, o);
+  train::Trainer trainer(config, o, comm);
   if (!cli.init_from.empty()) trainer.init_from(cli.init_from);
   if (!cli.resume.empty()) {
     trainer.resume(cli.resume);
-    std::printf("resumed from %s at step %lld\n", cli.resume.c_str(), static_cast<long long>(trainer.step()));
+    if (lead) std::printf("resumed from %s at step %lld\n", cli.resume.c_str(), static_cast<long long>(trainer.step()));
   }
-  std::printf("training %s: %lld parameters on %s in %s, %lld steps of %lld×%lld tokens (×%lld accumulated)\n",
-              config.model_type(), static_cast<long long>(model::parameter_count(config)), o.device.str().c_str(),
-              std::string(dtype_name(o.dtype)).c_str(), static_cast<long long>(o.steps),
-              static_cast<long long>(o.batch), static_cast<long long>(o.seq), static_cast<long long>(o.grad_accum));
-  std::printf("%7s %10s %11s %10s %12s\n", "step", "loss", "lr", "grad norm", "tokens/s");
+  if (lead) {
+    std::printf("training %s: %lld parameters on %s in %s, %lld steps of %lld×%lld tokens (×%lld accumulated)",
+                config.model_type(), static_cast<long long>(model::parameter_count(config)), o.device.str().c_str(),
+                std::string(dtype_name(o.dtype)).c_str(), static_cast<long long>(o.steps),
+                static_cast<long long>(o.batch), static_cast<long long>(o.seq), static_cast<long long>(o.grad_accum));
+    std::printf(comm ? " × %d ranks\n" : "\n", trainer.world_size());
+    if (const train::DataParallel* dp = trainer.data_parallel())
+      std::printf("data parallel: %d ranks over %s, %zu gradient buckets of ≤ %g MiB, overlap %s, ZeRO-1 %s\n",
+                  comm->world_size(), comm->backend_name().c_str(), dp->buckets().size(), o.data_parallel.bucket_mb,
+                  o.data_parallel.overlap ? "on" : "off", o.data_parallel.zero1 ? "on" : "off");
+    std::printf("%7s %10s %11s %10s %12s\n", "step", "loss", "lr", "grad norm", "tokens/s");
+  }
   const std::string out = cli.out.empty() ? cli.resume : cli.out;
+  std::vector<train::StepStats> history;
   while (trainer.step() < o.steps) {
     const train::StepStats s = trainer.train_step(data);
-    if (s.step == 1 || s.step % cli.log_every == 0 || s.step == o.steps)
+    history.push_back(s);
+    if (lead && (s.step == 1 || s.step % cli.log_every == 0 || s.step == o.steps))
       std::printf("%7lld %10.4f %11.3e %10.4f %12.0f\n", static_cast<long long>(s.step), s.loss, s.lr, s.grad_norm,
                   static_cast<double>(s.tokens) / s.seconds);
     if (has_val && cli.eval_every > 0 && s.step % cli.eval_every == 0) {
       const double loss = trainer.evaluate(val, cli.eval_batches);
-      std::printf("        val loss %.4f, perplexity %.3f\n", loss, std::exp(loss));
+      if (lead) std::printf("        val loss %.4f, perplexity %.3f\n", loss, std::exp(loss));
     }
     if (!out.empty() && cli.checkpoint_every > 0 && s.step % cli.checkpoint_every == 0) trainer.save_checkpoint(out);
     std::fflush(stdout);
   }
+  print_stage_summary(history, comm.get());
   if (has_val) {
     const double loss = trainer.evaluate(val, cli.eval_batches);
-    std::printf("final val loss %.4f, perplexity %.3f\n", loss, std::exp(loss));
+    if (lead) std::printf("final val loss %.4f, perplexity %.3f\n", loss, std::exp(loss));
   }
   if (!out.empty()) {
     trainer.save_checkpoint(out);
     trainer.save_model(out);
-    std::printf("wrote %s/model.safetensors, config.json and checkpoint/\n", out.c_str());
+    if (lead) std::printf("wrote %s/model.safetensors, config.json and checkpoint/\n", out.c_str());
   }
+  std::fflush(stdout);
   return 0;
+}
+
+int run_train(TrainCli& cli) {
+  const train::DistributedEnv env = train::read_distributed_env();
+  const bool distributed = cli.distributed || env.world_size > 1;
+  if (!distributed) return run_train_rank(cli, env, false);
+  try {
+    return run_train_rank(cli, env, true);
+  } catch (const Error& e) {
+    throw Error("rank " + std::to_string(env.rank), e.what());  // which process failed
+  }
 }
 
 struct EvalCli {
@@ -132,6 +228,15 @@ Command add_train_command(CLI::App& parent) {
   cmd->add_option("--eval-every", c->eval_every, "steps between validation passes (0: end only)")->capture_default_str();
   cmd->add_option("--eval-batches", c->eval_batches, "validation batches")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--checkpoint-every", c->checkpoint_every, "steps between checkpoints (0: end only)")->capture_default_str();
+  // Data parallel (docs/distributed.md).
+  cmd->add_flag("--distributed", c->distributed,
+                "join a data-parallel run even at WORLD_SIZE=1 (implied by WORLD_SIZE > 1)");
+  cmd->add_option("--bucket-mb", o.data_parallel.bucket_mb, "gradient all-reduce bucket size, MiB")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_flag("--no-overlap", c->no_overlap, "all-reduce gradients after backward instead of during it");
+  cmd->add_flag("--zero1", o.data_parallel.zero1, "ZeRO-1: shard AdamW/SGD state and F32 master weights over ranks");
+  cmd->add_option("--dist-timeout", c->dist_timeout, "seconds to wait for the other ranks at the rendezvous")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   return {cmd, [c] { return run_train(*c); }};
 }
 

@@ -3,8 +3,11 @@
 // Leaves that require a gradient get an AccumulateGrad node, created on first use, which adds
 // incoming gradients into the leaf's `.grad`. run_backward counts, for every node reachable
 // from the roots, how many edges point at it, then runs nodes whose gradients are complete
-// (Kahn's algorithm), summing the gradients that arrive at the same output.
+// (Kahn's algorithm), summing the gradients that arrive at the same output. Once a leaf's
+// AccumulateGrad has run, its .grad is final for the pass and its post-accumulate-grad hooks
+// run (data-parallel training starts bucket all-reduces from them).
 #include <algorithm>
+#include <atomic>
 #include <unordered_map>
 
 #include "microllm/autograd/node.h"
@@ -28,6 +31,13 @@ class AccumulateGrad final : public Node {
     // The first gradient is copied so later in-place updates of .grad never alias a value
     // another part of the graph still holds.
     grad = grad.defined() ? ops::add(grad, incoming) : incoming.clone();
+    // The engine runs this node once per backward pass, after every gradient for the leaf
+    // has been summed, so .grad is final here. Hooks are copied: one may remove itself.
+    const auto hooks = leaf_->autograd.post_accumulate_grad_hooks;
+    if (!hooks.empty()) {
+      const Tensor leaf(leaf_);
+      for (const auto& [id, hook] : hooks) hook(leaf);
+    }
     return {};
   }
 
@@ -60,6 +70,23 @@ std::vector<Tensor> Node::apply(const std::vector<Tensor>& grad_outputs) {
 }
 
 bool grad_mode_enabled() { return t_grad_mode; }
+
+int64_t register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateGradHook hook) {
+  static std::atomic<int64_t> next_id{1};
+  MICROLLM_CHECK(leaf.defined() && leaf.is_leaf() && leaf.requires_grad(), "autograd",
+                 "post-accumulate-grad hooks attach to leaves that require a gradient, found ",
+                 leaf.defined() ? leaf.describe() : std::string("an undefined tensor"));
+  MICROLLM_CHECK(hook != nullptr, "autograd", "empty post-accumulate-grad hook");
+  const int64_t id = next_id++;
+  leaf.impl()->autograd.post_accumulate_grad_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void remove_post_accumulate_grad_hook(const Tensor& leaf, int64_t id) {
+  if (!leaf.defined()) return;
+  auto& hooks = leaf.impl()->autograd.post_accumulate_grad_hooks;
+  std::erase_if(hooks, [id](const auto& entry) { return entry.first == id; });
+}
 
 NoGradGuard::NoGradGuard() : previous_(t_grad_mode) { t_grad_mode = false; }
 NoGradGuard::~NoGradGuard() { t_grad_mode = previous_; }

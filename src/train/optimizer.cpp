@@ -12,11 +12,20 @@
 
 namespace microllm::train {
 
-Optimizer::Optimizer(const std::map<std::string, Tensor>& params) {
-  for (const auto& [name, p] : params) {
-    MICROLLM_CHECK(is_floating(p.dtype()), "optimizer", "parameter ", name, " is not floating: ", p.describe());
+std::vector<OptimizerParam> optimizer_params(const std::map<std::string, Tensor>& params) {
+  std::vector<OptimizerParam> out;
+  for (const auto& [name, p] : params) out.emplace_back(name, p, p.dim() >= 2);
+  return out;
+}
+
+Optimizer::Optimizer(const std::map<std::string, Tensor>& params) : Optimizer(optimizer_params(params)) {}
+
+Optimizer::Optimizer(const std::vector<OptimizerParam>& params) {
+  for (const OptimizerParam& op : params) {
+    const Tensor& p = op.param;
+    MICROLLM_CHECK(is_floating(p.dtype()), "optimizer", "parameter ", op.name, " is not floating: ", p.describe());
     Tensor master = p.dtype() == DType::F32 ? p.detach() : p.detach().to(DType::F32).clone();
-    slots_.push_back({name, p, master, p.dim() >= 2});
+    slots_.push_back({op.name, p, master, op.decay});
   }
 }
 
@@ -63,6 +72,15 @@ void load_named(const std::map<std::string, Tensor>& tensors, const std::string&
 
 AdamW::AdamW(const std::map<std::string, Tensor>& params, AdamWOptions options)
     : Optimizer(params), options_(options) {
+  init_state();
+}
+
+AdamW::AdamW(const std::vector<OptimizerParam>& params, AdamWOptions options)
+    : Optimizer(params), options_(options) {
+  init_state();
+}
+
+void AdamW::init_state() {
   for (const Slot& s : slots_) {
     exp_avg_.push_back(Tensor::zeros(s.master.shape(), DType::F32, s.master.device()));
     exp_avg_sq_.push_back(Tensor::zeros(s.master.shape(), DType::F32, s.master.device()));
@@ -108,8 +126,15 @@ void AdamW::load_state(const std::map<std::string, Tensor>& tensors, int64_t ste
   load_named(tensors, "exp_avg_sq.", slots_, exp_avg_sq_);
 }
 
-Sgd::Sgd(const std::map<std::string, Tensor>& params, SgdOptions options)
-    : Optimizer(params), options_(options) {
+Sgd::Sgd(const std::map<std::string, Tensor>& params, SgdOptions options) : Optimizer(params), options_(options) {
+  init_state();
+}
+
+Sgd::Sgd(const std::vector<OptimizerParam>& params, SgdOptions options) : Optimizer(params), options_(options) {
+  init_state();
+}
+
+void Sgd::init_state() {
   for (const Slot& s : slots_) velocity_.push_back(Tensor::zeros(s.master.shape(), DType::F32, s.master.device()));
 }
 
@@ -138,6 +163,13 @@ NamedTensors Sgd::state() const {
 void Sgd::load_state(const std::map<std::string, Tensor>& tensors, int64_t steps) {
   Optimizer::load_state(tensors, steps);
   load_named(tensors, "momentum.", slots_, velocity_);
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const std::string& kind, const std::vector<OptimizerParam>& params,
+                                          const AdamWOptions& adamw, const SgdOptions& sgd) {
+  if (kind == "adamw") return std::make_unique<AdamW>(params, adamw);
+  if (kind == "sgd") return std::make_unique<Sgd>(params, sgd);
+  MICROLLM_FAIL("train", "unknown optimizer '", kind, "' (expected adamw or sgd)");
 }
 
 double clip_grad_norm(const std::map<std::string, Tensor>& params, double max_norm) {

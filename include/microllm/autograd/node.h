@@ -83,4 +83,16 @@ void record(const std::string& name, const std::vector<Tensor>& inputs,
 // `.grad` of every leaf that requires a gradient.
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_outputs);
 
+// Called with the leaf once a backward pass has added its last gradient into leaf.grad —
+// the leaf's .grad is final for that pass (PyTorch's register_post_accumulate_grad_hook).
+// Runs inside the backward pass, with grad mode off. Data-parallel training uses it to start
+// a gradient bucket's all-reduce while the rest of backward still runs.
+using PostAccumulateGradHook = std::function<void(const Tensor& leaf)>;
+
+// Adds `hook` to a leaf that requires a gradient; returns an id for removal. Hooks run in
+// the order they were added.
+int64_t register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateGradHook hook);
+// Removes the hook with `id` from `leaf` (no-op when it is not there).
+void remove_post_accumulate_grad_hook(const Tensor& leaf, int64_t id);
+
 }  // namespace microllm::autograd

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -138,6 +139,9 @@ struct AutogradMeta {
   std::shared_ptr<autograd::Node> grad_fn;    // producer (non-leaves)
   int output_nr = 0;                          // which output of grad_fn this tensor is
   std::weak_ptr<autograd::Node> accumulator;  // the leaf's AccumulateGrad node, made lazily
+  // Called after a backward pass has finished accumulating into `grad` (leaves; see
+  // autograd::register_post_accumulate_grad_hook), with the hook's id for removal.
+  std::vector<std::pair<int64_t, std::function<void(const Tensor& leaf)>>> post_accumulate_grad_hooks;
 };
 
 struct TensorImpl {

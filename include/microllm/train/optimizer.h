@@ -8,6 +8,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,9 +19,22 @@ namespace microllm::train {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
+// One tensor an optimizer updates, with whether weight decay applies to it. Data-parallel
+// ZeRO-1 passes flat slices of parameters here, so the decay flag cannot come from the
+// slice's rank.
+struct OptimizerParam {
+  OptimizerParam(std::string name, Tensor param, bool decay)
+      : name(std::move(name)), param(std::move(param)), decay(decay) {}
+  std::string name;
+  Tensor param;
+  bool decay;
+};
+
 class Optimizer {
  public:
+  // Named parameters; weight decay applies to those of rank ≥ 2.
   explicit Optimizer(const std::map<std::string, Tensor>& params);
+  explicit Optimizer(const std::vector<OptimizerParam>& params);
   virtual ~Optimizer() = default;
 
   // One update at learning rate `lr` from the parameters' current .grad (parameters
@@ -34,6 +48,8 @@ class Optimizer {
   // ...), plus the step count. load_state expects exactly what state() produced.
   virtual NamedTensors state() const;
   virtual void load_state(const std::map<std::string, Tensor>& tensors, int64_t steps);
+  // The prefixes state() uses, in its order: "master" first, then the optimizer's own.
+  virtual std::vector<std::string> state_prefixes() const { return {"master"}; }
 
  protected:
   struct Slot {
@@ -58,11 +74,14 @@ struct AdamWOptions {
 class AdamW final : public Optimizer {
  public:
   AdamW(const std::map<std::string, Tensor>& params, AdamWOptions options);
+  AdamW(const std::vector<OptimizerParam>& params, AdamWOptions options);
   void step(double lr) override;
   NamedTensors state() const override;
   void load_state(const std::map<std::string, Tensor>& tensors, int64_t steps) override;
+  std::vector<std::string> state_prefixes() const override { return {"master", "exp_avg", "exp_avg_sq"}; }
 
  private:
+  void init_state();
   AdamWOptions options_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;  // F32, one per slot
 };
@@ -75,14 +94,23 @@ struct SgdOptions {
 class Sgd final : public Optimizer {
  public:
   Sgd(const std::map<std::string, Tensor>& params, SgdOptions options);
+  Sgd(const std::vector<OptimizerParam>& params, SgdOptions options);
   void step(double lr) override;
   NamedTensors state() const override;
   void load_state(const std::map<std::string, Tensor>& tensors, int64_t steps) override;
+  std::vector<std::string> state_prefixes() const override { return {"master", "momentum"}; }
 
  private:
+  void init_state();
   SgdOptions options_;
   std::vector<Tensor> velocity_;  // F32, one per slot
 };
+
+// "adamw" or "sgd" over `params`; another name is an Error.
+std::unique_ptr<Optimizer> make_optimizer(const std::string& kind, const std::vector<OptimizerParam>& params,
+                                          const AdamWOptions& adamw, const SgdOptions& sgd);
+// Named parameters in map order, weight decay on those of rank ≥ 2.
+std::vector<OptimizerParam> optimizer_params(const std::map<std::string, Tensor>& params);
 
 // Scales all gradients so their global L2 norm is at most `max_norm` (no-op when
 // max_norm ≤ 0). Returns the norm before clipping. Reads one number from the device.

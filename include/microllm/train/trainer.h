@@ -6,13 +6,20 @@
 // Data order: window i of a run starts at a position drawn from the counter-based
 // generator at (seed, i) — so the data position is just the number of windows consumed,
 // and a resumed run draws exactly the windows the uninterrupted run would have.
+//
+// Data parallel (a Communicator of W ranks; docs/distributed.md): every rank runs this loop
+// on its own micro-batches of `batch` windows — global windows numbered as in a single run
+// whose micro-batch is W·batch (see first_window) — and gradients are averaged over the
+// ranks, so W ranks × batch B take the same optimizer steps as 1 rank × batch W·B.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "microllm/model/transformer.h"
+#include "microllm/train/distributed/data_parallel.h"
 #include "microllm/train/optimizer.h"
+#include "microllm/train/stage_timer.h"
 #include "microllm/train/token_file.h"
 
 namespace microllm::train {
@@ -32,6 +39,7 @@ struct TrainOptions {
   uint64_t seed = 0;             // parameters and data order
   Device device = Device::cpu();
   DType dtype = DType::F32;      // model compute dtype (F32 or BF16)
+  DataParallelOptions data_parallel;  // used when the trainer gets a communicator
 };
 
 struct StepStats {
@@ -40,8 +48,20 @@ struct StepStats {
   double lr = 0;
   double grad_norm = 0;  // before clipping
   double seconds = 0;    // wall time of the step, device work included
-  int64_t tokens = 0;    // tokens processed
+  int64_t tokens = 0;    // tokens processed, over all ranks
+  // This rank's time per stage (device time on CUDA): forward, backward, waiting for the
+  // gradient collectives after backward (and the ZeRO-1 parameter all-gather), optimizer
+  // (clipping included).
+  StageSeconds stages;
 };
+
+// Global index of the first window that `rank` of `world_size` draws for micro-batch
+// `micro` of the step that follows `steps_done` steps: ((steps_done·k + micro)·W + rank)·B.
+// Micro-batch m of a step covers global windows [(s·k + m)·W·B, (s·k + m + 1)·W·B), rank r
+// the r-th run of B of them — exactly the windows micro-batch m of a one-rank run with
+// batch W·B draws. With W = 1 it is the single-process numbering.
+int64_t first_window(int64_t steps_done, int64_t micro, int64_t grad_accum, int64_t batch, int rank,
+                     int world_size);
 
 // Draws `count` windows of seq + 1 tokens, windows first_window .. first_window+count−1 of
 // the run with `seed`: (count, seq + 1) I64 on `device`.
@@ -50,11 +70,18 @@ Tensor sample_windows(const Tensor& tokens, int64_t seq, uint64_t seed, int64_t 
 
 class Trainer {
  public:
-  Trainer(const model::ModelConfig& config, TrainOptions options);
+  // Without `comm` (or before any data parallelism): one process. With `comm`: one rank of
+  // data-parallel training; rank 0's initial parameters are broadcast to every rank.
+  Trainer(const model::ModelConfig& config, TrainOptions options, std::shared_ptr<Communicator> comm = nullptr);
+  ~Trainer();
 
   model::Transformer& model() { return *model_; }
   const TrainOptions& options() const { return options_; }
   int64_t step() const { return step_; }
+  int rank() const { return comm_ ? comm_->rank() : 0; }
+  int world_size() const { return comm_ ? comm_->world_size() : 1; }
+  Communicator* communicator() const { return comm_.get(); }
+  DataParallel* data_parallel() const { return dp_.get(); }
 
   // Loads weights from a Hugging Face folder (config must match; strict).
   void init_from(const std::string& dir);
@@ -66,15 +93,24 @@ class Trainer {
   double evaluate(const TokenFile& data, int64_t batches);
 
   // DIR/checkpoint/{optimizer.safetensors, trainer_state.json, config.json}, replaced
-  // atomically (written beside it, then renamed).
+  // atomically (written beside it, then renamed). Data parallel: a collective — ZeRO-1
+  // gathers the optimizer state, rank 0 writes the single-process layout, all wait for it.
   void save_checkpoint(const std::string& dir) const;
   // DIR/model.safetensors (Hugging Face names, the model's dtype) and DIR/config.json.
+  // Data parallel: rank 0 writes, every rank waits for it.
   void save_model(const std::string& dir) const;
 
  private:
+  void zero_grad();
+  void reset_masters_from_parameters();
+
   TrainOptions options_;
+  std::shared_ptr<Communicator> comm_;
   std::unique_ptr<model::Transformer> model_;
+  std::unique_ptr<DataParallel> dp_;  // after model_: destroyed first, removing its hooks
   std::unique_ptr<Optimizer> optimizer_;
+  ZeroOptimizer* zero_ = nullptr;     // optimizer_ when ZeRO-1 is on
+  StageTimer timer_;
   int64_t step_ = 0;
 };
 
