@@ -10,6 +10,7 @@
 # Settings (environment):
 #   STEPS              steps to run, of "ctest memcheck racecheck" (all by default)
 #   BUILD_DIR          build tree (build/cuda-release)
+#   TEST_BIN           the CUDA test binary ($BUILD_DIR/tests/microllm_cuda_tests)
 #   MEMCHECK_FILTER    gtest filter for memcheck ('*:-*Large*:*OutOfMemory*': every test but
 #                      the large ones and the one whose failing cudaMalloc is intended)
 #   RACECHECK_FILTER   gtest filter for racecheck (tests of kernels that use shared memory)
@@ -28,7 +29,7 @@ cd "$ROOT" || exit 1
 
 STEPS=${STEPS:-"ctest memcheck racecheck"}
 BUILD_DIR=${BUILD_DIR:-build/cuda-release}
-TEST_BIN=$BUILD_DIR/tests/microllm_cuda_tests
+TEST_BIN=${TEST_BIN:-$BUILD_DIR/tests/microllm_cuda_tests}
 MEMCHECK_FILTER=${MEMCHECK_FILTER:-'*:-*Large*:*OutOfMemory*'}
 RACECHECK_FILTER=${RACECHECK_FILTER:-'*Softmax*:*RmsNorm*:*Reduce*:*Attention*:*CrossEntropy*:-*Large*'}
 CTEST_JOBS=${CTEST_JOBS:-4}
