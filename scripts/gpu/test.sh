@@ -19,7 +19,7 @@
 #   MEMCHECK_TIMEOUT, RACECHECK_TIMEOUT   seconds for each sanitizer run (240, 180)
 #   TIME_BUDGET        seconds for the whole script (570: a device call may run 600); each
 #                      step's limit is cut to what is left, so the summary always prints
-#   MICROLLM_GIT_COMMIT, MICROLLM_GIT_DIRTY   provenance when the tree has no .git
+#   MICROLLM_GIT_COMMIT, MICROLLM_GIT_DIRTY   the provenance (wins over a .git in the tree)
 set -uo pipefail
 
 OUT=${OUT:-./out}
@@ -60,7 +60,16 @@ rc_text() {
 }
 
 # ---- provenance ----------------------------------------------------------------------------
-if git -C "$ROOT" rev-parse HEAD >/dev/null 2>&1; then
+# Stated provenance wins: the GPU machine's copy of the tree may carry a stale .git.
+if [ -n "${MICROLLM_GIT_COMMIT:-}" ]; then
+  commit=$MICROLLM_GIT_COMMIT
+  case "${MICROLLM_GIT_DIRTY:-unknown}" in
+    0 | false | no) dirty=false ;;
+    1 | true | yes) dirty=true ;;
+    *) dirty=unknown ;;
+  esac
+  commit_source="MICROLLM_GIT_COMMIT"
+elif git -C "$ROOT" rev-parse HEAD >/dev/null 2>&1; then
   commit=$(git -C "$ROOT" rev-parse HEAD)
   if [ -n "$(git -C "$ROOT" status --porcelain -- . ':(exclude)bench/records' 2>/dev/null)" ]; then
     dirty=true
@@ -69,13 +78,9 @@ if git -C "$ROOT" rev-parse HEAD >/dev/null 2>&1; then
   fi
   commit_source="git"
 else
-  commit=${MICROLLM_GIT_COMMIT:-unknown}
-  case "${MICROLLM_GIT_DIRTY:-unknown}" in
-    0 | false | no) dirty=false ;;
-    1 | true | yes) dirty=true ;;
-    *) dirty=unknown ;;
-  esac
-  commit_source="MICROLLM_GIT_COMMIT (no .git in this tree)"
+  commit=unknown
+  dirty=unknown
+  commit_source="unknown (no .git, no MICROLLM_GIT_COMMIT)"
 fi
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
 gpu=${gpu:-"no nvidia-smi"}

@@ -121,19 +121,21 @@ def _env_flag(text: str) -> bool:
 
 
 def git_state(repo_root: Path = REPO_ROOT, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """{commit, dirty}. Untracked files count (a new .cu file changes the build); records
-    written under bench/records do not, so writing records does not dirty the next run."""
+    """{commit, dirty}. Stated provenance (MICROLLM_GIT_COMMIT, MICROLLM_GIT_DIRTY) wins: a
+    tree copied to another machine (the GPU machine) may carry a stale .git, and the caller
+    knows which commit it built. Otherwise from ``git``, where untracked files count (a new
+    .cu file changes the build) and records under bench/records do not, so writing records
+    does not dirty the next run. Neither: {"unknown", dirty}."""
     env = os.environ if env is None else env
+    if env.get("MICROLLM_GIT_COMMIT"):
+        dirty = _env_flag(env.get("MICROLLM_GIT_DIRTY", "1"))
+        return {"commit": env["MICROLLM_GIT_COMMIT"].strip(), "dirty": dirty}
     if (repo_root / ".git").exists():
         commit = _run(["git", "-C", str(repo_root), "rev-parse", "HEAD"])
         status = _run(["git", "-C", str(repo_root), "status", "--porcelain", "--", ".",
                        ":(exclude)bench/records"])
         if commit is not None and status is not None:
             return {"commit": commit.strip(), "dirty": bool(status.strip())}
-    if env.get("MICROLLM_GIT_COMMIT"):
-        # A tree without .git (the GPU machine's copy): the caller states the provenance.
-        dirty = _env_flag(env.get("MICROLLM_GIT_DIRTY", "1"))
-        return {"commit": env["MICROLLM_GIT_COMMIT"].strip(), "dirty": dirty}
     return {"commit": "unknown", "dirty": True}
 
 

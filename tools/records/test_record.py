@@ -122,6 +122,12 @@ def test_git_state_without_git_uses_the_environment(tmp_path):
     assert record.git_state(tmp_path, {}) == {"commit": "unknown", "dirty": True}
 
 
+def test_stated_provenance_wins_over_a_git_folder():
+    # The GPU machine's copy of the tree may hold a stale .git; the caller's statement wins.
+    env = {"MICROLLM_GIT_COMMIT": "feedbeef", "MICROLLM_GIT_DIRTY": "0"}
+    assert record.git_state(record.REPO_ROOT, env) == {"commit": "feedbeef", "dirty": False}
+
+
 def test_microllm_version_reads_the_cmake_project(tmp_path):
     (tmp_path / "CMakeLists.txt").write_text(
         "cmake_minimum_required(VERSION 3.25)\nproject(microllm VERSION 1.2.3 LANGUAGES C CXX)\n")
