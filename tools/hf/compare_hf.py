@@ -13,9 +13,12 @@ Printed and written per model and dtype: max |Δ| and relative L2 per stage (emb
 layers.{i}, final_norm, logits, last-token logits), the loss difference and, over all
 parameter gradients, the worst max |Δ| relative to the gradient's largest element and the
 worst relative L2. Bounds (SPEC §6): F32 logits max |Δ| ≤ --atol (1e-4), F32 gradients
-≤ --grad-rtol relative to the largest element (CUDA: 5e-4, the CPU bound ×5); BF16 (both
-sides in BF16 from the same F32 weights) logits relative L2 ≤ --bf16-rel-l2 and top-1
-agreement ≥ --bf16-top1, gradients relative L2 ≤ --bf16-grad-rel-l2.
+≤ --grad-rtol relative to the largest element (CUDA: 5e-4, the CPU bound ×5). BF16 (both
+sides in BF16 from the same F32 weights) is judged against the F32 result of the same
+weights, since two BF16 implementations drift apart with depth while both stay near F32:
+microllm's logits relative L2 to F32 ≤ --bf16-vs-hf (1.5) × transformers' BF16's + 1e-3, its
+top-1 agreement with F32 ≥ transformers' − 0.02, and its worst gradient relative L2 to F32
+≤ 1.5 × transformers' + 1e-3. The microllm-vs-transformers BF16 differences are printed too.
 
   python3 tools/hf/compare_hf.py --microllm-alignment build/.../microllm_alignment \\
       --device cuda --out $OUT/hf_compare.json [--full qwen2.5-0.5b] [--only NAME ...]
@@ -108,7 +111,10 @@ def compare(name: str, cfg: dict, args, dtype: str, tmp: Path) -> dict:
     model.save_pretrained(folder, safe_serialization=True)
     ids = np.random.default_rng(1).integers(0, cfg["vocab_size"], size=(args.batch, args.seq), dtype=np.int64)
     np.save(folder / "ids.npy", ids)
+    f32_stages = f32_grads = None
     if dtype == "bf16":
+        # The F32 result of the same weights: both BF16 runs are judged by their distance to it.
+        f32_stages, _, f32_grads = hf_stages(model, torch.from_numpy(ids).to(args.device))
         model = model.to(torch.bfloat16)
     ref_stages, ref_loss, ref_grads = hf_stages(model, torch.from_numpy(ids).to(args.device))
     del model
@@ -158,15 +164,34 @@ def compare(name: str, cfg: dict, args, dtype: str, tmp: Path) -> dict:
         if row["loss"]["abs_diff"] > args.atol:
             problems.append(f"loss |Δ| {row['loss']['abs_diff']:.3g} > {args.atol}")
     else:
-        if stages["logits"]["rel_l2"] > args.bf16_rel_l2:
-            problems.append(f"logits relative L2 {stages['logits']['rel_l2']:.3g} > {args.bf16_rel_l2}")
-        if row["top1"] < args.bf16_top1:
-            problems.append(f"top-1 agreement {row['top1']:.3f} < {args.bf16_top1}")
-        if row["gradients"]["worst_rel_l2"] > args.bf16_grad_rel_l2:
-            problems.append(f"gradient {worst_l2[0]}: relative L2 {worst_l2[1]['rel_l2']:.3g} > {args.bf16_grad_rel_l2}")
+        # BF16 against F32 on both sides: microllm's BF16 must be about as close to the F32
+        # result as transformers' own BF16 is (factor --bf16-vs-hf), whatever the depth.
+        ref32 = f32_stages["logits"]
+        err = {"microllm": rel_l2(logits, ref32), "hf": rel_l2(ref_logits, ref32)}
+        top1 = {"microllm": float((logits.argmax(-1) == ref32.argmax(-1)).float().mean()),
+                "hf": float((ref_logits.argmax(-1) == ref32.argmax(-1)).float().mean())}
+        shared = sorted(set(f32_grads) & set(got_grads) & set(ref_grads))
+        grad_err = {"microllm": max(rel_l2(got_grads[n], f32_grads[n]) for n in shared),
+                    "hf": max(rel_l2(ref_grads[n], f32_grads[n]) for n in shared)}
+        row["vs_f32"] = {"logits_rel_l2": err, "top1": top1, "worst_grad_rel_l2": grad_err}
+        bound = args.bf16_vs_hf * err["hf"] + 1e-3
+        if err["microllm"] > bound:
+            problems.append(f"logits relative L2 to F32 {err['microllm']:.3g} > {args.bf16_vs_hf} × HF BF16's "
+                            f"{err['hf']:.3g} + 1e-3")
+        if top1["microllm"] < top1["hf"] - 0.02:
+            problems.append(f"top-1 agreement with F32 {top1['microllm']:.3f} < HF BF16's {top1['hf']:.3f} − 0.02")
+        grad_bound = args.bf16_vs_hf * grad_err["hf"] + 1e-3
+        if grad_err["microllm"] > grad_bound:
+            problems.append(f"worst gradient relative L2 to F32 {grad_err['microllm']:.3g} > {args.bf16_vs_hf} × "
+                            f"HF BF16's {grad_err['hf']:.3g} + 1e-3")
     row["problems"] = problems
     row["status"] = "FAIL" if problems else "PASS"
     return row
+
+
+def vs_f32(row: dict) -> str:
+    e = row.get("vs_f32", {}).get("logits_rel_l2")
+    return f"{e['microllm']:.3g}/{e['hf']:.3g}" if e else "—"
 
 
 def main() -> int:
@@ -182,9 +207,8 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--atol", type=float, default=1e-4)
     p.add_argument("--grad-rtol", type=float, default=5e-4)
-    p.add_argument("--bf16-rel-l2", type=float, default=2e-2)
-    p.add_argument("--bf16-top1", type=float, default=0.9)
-    p.add_argument("--bf16-grad-rel-l2", type=float, default=5e-2)
+    p.add_argument("--bf16-vs-hf", type=float, default=1.5,
+                   help="BF16: microllm's distance to the F32 result may be this many times HF BF16's")
     p.add_argument("--out")
     args = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -212,14 +236,14 @@ def main() -> int:
     if args.out:
         Path(args.out).write_text(json.dumps(summary, indent=1))
     print(f"\n{'model':34} {'dtype':5} {'logits max|Δ|':>13} {'logits relL2':>12} {'top-1':>6} "
-          f"{'loss |Δ|':>9} {'grad max/max':>12} {'grad relL2':>10}  status")
+          f"{'loss |Δ|':>9} {'grad max/max':>12} {'grad relL2':>10} {'vs F32: ours/HF':>18}  status")
     for r in rows:
         s = r.get("stages", {}).get("logits", {})
         g = r.get("gradients", {})
         print(f"{r['model']:34} {r['dtype']:5} {s.get('max_abs', float('nan')):13.3g} {s.get('rel_l2', float('nan')):12.3g} "
               f"{r.get('top1', float('nan')):6.3f} {r.get('loss', {}).get('abs_diff', float('nan')):9.3g} "
-              f"{g.get('worst_max_abs_rel_to_max', float('nan')):12.3g} {g.get('worst_rel_l2', float('nan')):10.3g}  "
-              f"{r['status']} {'; '.join(r.get('problems', [])) or r.get('error', '')}")
+              f"{g.get('worst_max_abs_rel_to_max', float('nan')):12.3g} {g.get('worst_rel_l2', float('nan')):10.3g} "
+              f"{vs_f32(r):>18}  {r['status']} {'; '.join(r.get('problems', [])) or r.get('error', '')}")
     return 0 if rows and all(r["status"] == "PASS" for r in rows) else 1
 
 
