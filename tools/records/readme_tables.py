@@ -24,6 +24,14 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 RECORDS = REPO_ROOT / "bench" / "records"
 
 
+# What names a case in each kind's records (the newest clean record per case is shown).
+CASE_KEYS = {
+    "ops": lambda c: c["case"],
+    "train": lambda c: f"{Path(c['config']).parent.name} B{c['batch']} T{c['seq']}",
+    "tokenizer": lambda c: c["tokenizer"],
+}
+
+
 def load_records(kind: str, records_dir: Path = RECORDS) -> list[dict]:
     """Clean records of `kind`, newest per case, in case-name order."""
     newest: dict[str, dict] = {}
@@ -32,7 +40,8 @@ def load_records(kind: str, records_dir: Path = RECORDS) -> list[dict]:
         if record.get("git", {}).get("dirty", True) or "summary" not in record:
             continue
         record["_file"] = path.name
-        case = record["config"]["case"]
+        case = CASE_KEYS[kind](record["config"])
+        record["_case"] = case
         if case not in newest or record["created_utc"] > newest[case]["created_utc"]:
             newest[case] = record
     return [newest[c] for c in sorted(newest)]
@@ -59,7 +68,36 @@ def ops_table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-GENERATORS = {"ops": lambda: ops_table(load_records("ops"))}
+def train_table(records: list[dict]) -> str:
+    lines = ["| model shape | tokens per step | microllm tokens/s | PyTorch tokens/s | PyTorch / microllm | commit |",
+             "|---|---|---|---|---|---|"]
+    for r in records:
+        d = r["derived"]
+        peer = d.get("peer_tokens_per_s")
+        ratio = r.get("ratio_of_medians", {}).get("value")
+        lines.append(f"| {r['_case']} ({r['config']['dtype']}) | {r['config']['tokens_per_step']:,} | "
+                     f"{d['microllm_tokens_per_s']:,.0f} | " + (f"{peer:,.0f}" if peer else "—") + " | "
+                     + (f"{ratio:.2f}×" if ratio is not None else "—") + f" | `{r['git']['commit'][:7]}` |")
+    return "\n".join(lines)
+
+
+def tokenizer_table(records: list[dict]) -> str:
+    lines = ["| tokenizer | text | microllm MB/s | HF tokenizers MB/s | HF / microllm time | same ids | commit |",
+             "|---|---|---|---|---|---|---|"]
+    for r in records:
+        d = r["derived"]
+        c = r["config"]
+        ratio = r.get("ratio_of_medians", {}).get("value")
+        same = c["tokens"]["microllm"] == c["tokens"].get("hf_tokenizers")
+        lines.append(f"| {c['tokenizer']} | {c['text_bytes'] / 1e6:.1f} MB | {d['microllm']['mb_per_s']:.1f} | "
+                     f"{d['hf_tokenizers']['mb_per_s']:.2f} | " + (f"{ratio:.1f}×" if ratio is not None else "—")
+                     + f" | {'yes' if same else 'no'} | `{r['git']['commit'][:7]}` |")
+    return "\n".join(lines)
+
+
+GENERATORS = {"ops": lambda: ops_table(load_records("ops")),
+              "train": lambda: train_table(load_records("train")),
+              "tokenizer": lambda: tokenizer_table(load_records("tokenizer"))}
 BLOCK = re.compile(r"(<!-- records:(\w+):begin -->\n)(.*?)(<!-- records:\2:end -->)", re.S)
 
 
