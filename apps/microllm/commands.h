@@ -3,14 +3,12 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <functional>
+
+#include "common/subcommands.h"
 
 namespace microllm::app {
 
-struct Command {
-  CLI::App* app = nullptr;     // the subcommand (parsed when *app is true)
-  std::function<int()> run;    // runs it; returns the process exit code
-};
+using apps::Command;
 
 Command add_demo_command(CLI::App& parent);
 Command add_inspect_command(CLI::App& parent);

@@ -1,13 +1,9 @@
 // The microllm command-line tool. Each subcommand lives in its own file and registers
 // itself through commands.h. Bad input ends with one clear line on stderr and a non-zero
 // exit code; library errors (microllm::Error) are caught here.
-#include <CLI/CLI.hpp>
-#include <cstdio>
-#include <exception>
 #include <vector>
 
 #include "commands.h"
-#include "microllm/core/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"microllm: train, serve and verify small decoder-only language models"};
@@ -22,20 +18,5 @@ int main(int argc, char** argv) {
       microllm::app::add_forward_command(app),
       microllm::app::add_tokenize_command(app),
   };
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  try {
-    for (const auto& command : commands)
-      if (*command.app) return command.run();
-  } catch (const microllm::Error& e) {
-    std::fprintf(stderr, "microllm: error: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "microllm: internal error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  return microllm::apps::run_subcommands(app, commands, argc, argv, "microllm");
 }

@@ -3,14 +3,12 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <functional>
+
+#include "common/subcommands.h"
 
 namespace microllm::alignment {
 
-struct Command {
-  CLI::App* app = nullptr;   // the subcommand (parsed when *app is true)
-  std::function<int()> run;  // runs it; returns the process exit code
-};
+using apps::Command;
 
 Command add_model_command(CLI::App& parent);
 Command add_operator_command(CLI::App& parent);

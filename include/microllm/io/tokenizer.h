@@ -46,6 +46,11 @@ struct TokenizerConfig {
   std::optional<std::string> chat_template;  // the Jinja source when it is a single string
 };
 
+// tokenizer_config.json's text → what microllm reads of it; `source` names it in errors
+// (op "tokenizer": not valid JSON, not an object, a token that is neither a string nor an
+// AddedToken object, a malformed field).
+TokenizerConfig parse_tokenizer_config(std::string_view json_text, const std::string& source);
+
 class Tokenizer {
  public:
   // `path` is a directory holding tokenizer.json (and optionally tokenizer_config.json) or

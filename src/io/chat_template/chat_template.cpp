@@ -199,17 +199,6 @@ std::string read_file(const std::filesystem::path& path) {
   return text.str();
 }
 
-std::optional<std::string> config_token(const json& config, const char* key,
-                                        const std::string& where) {
-  const auto it = config.find(key);
-  if (it == config.end() || it->is_null()) return std::nullopt;
-  if (it->is_string()) return it->get<std::string>();
-  MICROLLM_CHECK(it->is_object() && it->contains("content") && (*it)["content"].is_string(),
-                 "chat_template", where, ": \"", key,
-                 "\" must be a string or an AddedToken object");
-  return (*it)["content"].get<std::string>();
-}
-
 }  // namespace
 
 std::string_view chat_family_name(ChatFamily family) {
@@ -345,28 +334,7 @@ TokenizerConfig read_tokenizer_config(const std::string& path) {
     file = file.parent_path() / "tokenizer_config.json";
   MICROLLM_CHECK(fs::is_regular_file(file, ec), "chat_template", file.string(),
                  " does not exist (the chat template is read from tokenizer_config.json)");
-  const std::string where = file.string();
-  json j;
-  try {
-    j = json::parse(read_file(file));
-  } catch (const json::parse_error& e) {
-    MICROLLM_FAIL("chat_template", where, ": not valid JSON (", e.what(), ")");
-  }
-  MICROLLM_CHECK(j.is_object(), "chat_template", where, ": must be a JSON object");
-  TokenizerConfig config;
-  if (j.contains("tokenizer_class") && j["tokenizer_class"].is_string())
-    config.tokenizer_class = j["tokenizer_class"].get<std::string>();
-  config.bos_token = config_token(j, "bos_token", where);
-  config.eos_token = config_token(j, "eos_token", where);
-  config.pad_token = config_token(j, "pad_token", where);
-  config.unk_token = config_token(j, "unk_token", where);
-  if (j.contains("add_bos_token") && j["add_bos_token"].is_boolean())
-    config.add_bos_token = j["add_bos_token"].get<bool>();
-  if (j.contains("add_eos_token") && j["add_eos_token"].is_boolean())
-    config.add_eos_token = j["add_eos_token"].get<bool>();
-  if (j.contains("chat_template") && j["chat_template"].is_string())
-    config.chat_template = j["chat_template"].get<std::string>();
-  return config;
+  return parse_tokenizer_config(read_file(file), file.string());
 }
 
 }  // namespace microllm::io

@@ -258,7 +258,9 @@ std::optional<std::string> config_token(const json& config, const char* key,
   return (*it)["content"].get<std::string>();
 }
 
-TokenizerConfig read_config(std::string_view text, const std::string& where) {
+}  // namespace
+
+TokenizerConfig parse_tokenizer_config(std::string_view text, const std::string& where) {
   TokenizerConfig config;
   if (text.empty()) return config;
   const json j = parse_json(text, where);
@@ -281,6 +283,8 @@ TokenizerConfig read_config(std::string_view text, const std::string& where) {
   }
   return config;
 }
+
+namespace {
 
 // Per-id tables for decode, token_to_id and is_special.
 void build_id_tables(Tokenizer::Impl& impl) {
@@ -360,7 +364,7 @@ std::shared_ptr<const Tokenizer::Impl> load(std::string_view tokenizer_json,
   } catch (const json::exception& e) {
     MICROLLM_FAIL("tokenizer", source, ": malformed field (", e.what(), ")");
   }
-  impl->config = read_config(config_json, config_source);
+  impl->config = parse_tokenizer_config(config_json, config_source);
   build_id_tables(*impl);
   build_matchers(*impl);
   return impl;
