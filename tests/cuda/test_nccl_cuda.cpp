@@ -229,15 +229,22 @@ TEST(NcclCommunicator, AveragesAreExactAtWorldSizeOne) {
   const Device gpu = Device::cuda(0);
   train::NcclCommunicator comm(train::nccl_unique_id(), 0, 1, gpu);
   Generator gen(3);
-  std::vector<double> host(1 << 20);
-  for (double& v : host) v = static_cast<double>(gen.next_u64() % 100000) / 777.0 - 50.0;
-  const Tensor x = Tensor::from_vector(host, {static_cast<int64_t>(host.size())}, DType::F32, gpu);
-  Tensor reduced = x.clone();
-  comm.all_reduce_async(reduced, train::ReduceOp::Avg)->wait();
-  EXPECT_EQ(reduced.to_vector_f32(), x.to_vector_f32());
-  Tensor shard = Tensor::zeros({x.numel()}, DType::F32, gpu);
-  comm.reduce_scatter_async(x, shard, train::ReduceOp::Avg)->wait();
-  EXPECT_EQ(shard.to_vector_f32(), x.to_vector_f32());
+  // 2^20, the tiny model's bucket (66,112), one parameter, and sizes off every power of two.
+  for (const int64_t n : {int64_t{1} << 20, int64_t{66112}, int64_t{4096}, int64_t{4112}, int64_t{1000003}}) {
+    std::vector<double> host(static_cast<size_t>(n));
+    for (double& v : host) v = static_cast<double>(gen.next_u64() % 100000) / 777.0 - 50.0;
+    const Tensor x = Tensor::from_vector(host, {n}, DType::F32, gpu);
+    Tensor reduced = x.clone();
+    comm.all_reduce_async(reduced, train::ReduceOp::Avg)->wait();
+    EXPECT_EQ(reduced.to_vector_f32(), x.to_vector_f32()) << "all_reduce n=" << n;
+    Tensor shard = Tensor::zeros({n}, DType::F32, gpu);
+    comm.reduce_scatter_async(x, shard, train::ReduceOp::Avg)->wait();
+    const std::vector<float> got = shard.to_vector_f32(), want = x.to_vector_f32();
+    int64_t differ = 0, first = -1;
+    for (int64_t i = 0; i < n; ++i)
+      if (got[i] != want[i]) differ += 1, first = first < 0 ? i : first;
+    EXPECT_EQ(differ, 0) << "reduce_scatter n=" << n << ": first differing element " << first;
+  }
 }
 
 // ZeRO-1 at world size 1 on CUDA through the in-process communicator: separates the NCCL
@@ -273,7 +280,7 @@ TEST(NcclCommunicator, ZeroOneF32FirstStepDifferences) {
   MICROLLM_REQUIRE_CUDA();
   const Device gpu = Device::cuda(0);
   for (const char* optimizer : {"sgd", "adamw"}) {
-    for (bool overlap : {true, false}) {
+    for (const auto& [overlap, bucket_mb] : {std::pair{true, 25.0}, std::pair{false, 25.0}, std::pair{true, 1e-3}}) {
       train::TrainOptions o = options(gpu, DType::F32);
       o.optimizer = optimizer;
       o.sgd.momentum = 0.0;
@@ -282,6 +289,7 @@ TEST(NcclCommunicator, ZeroOneF32FirstStepDifferences) {
       train::Trainer plain(tiny_config(), o);
       o.data_parallel.zero1 = true;
       o.data_parallel.overlap = overlap;
+      o.data_parallel.bucket_mb = bucket_mb;
       train::Trainer nccl(tiny_config(), o,
                           std::make_shared<train::NcclCommunicator>(train::nccl_unique_id(), 0, 1, gpu));
       const auto before = host_values(plain);
@@ -290,16 +298,17 @@ TEST(NcclCommunicator, ZeroOneF32FirstStepDifferences) {
       const auto a = host_values(plain), b = host_values(nccl);
       for (const auto& [name, values] : a) {
         double diff = 0, update = 0;
-        int64_t count = 0;
+        int64_t count = 0, first = -1;
         for (size_t i = 0; i < values.size(); ++i) {
+          if (values[i] != b.at(name)[i] && first < 0) first = static_cast<int64_t>(i);
           diff = std::max(diff, std::abs(values[i] - b.at(name)[i]));
           update = std::max(update, std::abs(values[i] - before.at(name)[i]));
           count += values[i] != b.at(name)[i];
         }
         if (count)
-          std::printf("zero1 f32 %s overlap=%d %s: %lld of %zu differ, max |diff| %.3g, max |update| %.3g\n",
-                      optimizer, overlap, name.c_str(), static_cast<long long>(count), values.size(), diff,
-                      update);
+          std::printf("zero1 f32 %s overlap=%d bucket_mb=%g %s: %lld of %zu differ (first at %lld), max |diff| %.3g, "
+                      "max |update| %.3g\n", optimizer, overlap, bucket_mb, name.c_str(), static_cast<long long>(count),
+                      values.size(), static_cast<long long>(first), diff, update);
       }
     }
   }
