@@ -65,6 +65,12 @@ class NcclWork final : public Work {
   Device device_;
 };
 
+// Work done on the training stream itself (one rank): already ordered, nothing to wait for.
+class LocalWork final : public Work {
+ public:
+  void wait() override {}
+};
+
 }  // namespace
 
 struct NcclCommunicator::State {
@@ -105,8 +111,14 @@ NcclCommunicator::~NcclCommunicator() {
   if (state_ && state_->comm) ncclCommDestroy(state_->comm);  // no throw from a destructor
 }
 
+// One rank: every collective is the identity (a copy when out of place), done on the training
+// stream without NCCL. Besides saving the launches, this avoids what NCCL 2.28 did on the
+// H200 machine: an out-of-place ncclReduceScatter (ncclAvg, F32) at one rank left the last 16
+// of 66,112 elements unwritten, while 4,096, 4,112, 1,000,003 and 2^20 elements came out
+// exact (docs/distributed.md).
 void NcclCommunicator::all_reduce(Tensor t, ReduceOp op) {
   check_collective(*this, "all_reduce", CollectiveShape::InPlace, t);
+  if (world_size_ == 1) return;
   NCCL_CHECK(ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()),
                            nccl_type(t.dtype(), "all_reduce"), nccl_op(op), state_->comm,
                            cuda::current_stream_handle(device_)));
@@ -114,6 +126,10 @@ void NcclCommunicator::all_reduce(Tensor t, ReduceOp op) {
 
 void NcclCommunicator::reduce_scatter(const Tensor& input, Tensor output, ReduceOp op) {
   check_collective(*this, "reduce_scatter", CollectiveShape::Scatter, input, output);
+  if (world_size_ == 1) {
+    if (!output.same(input)) output.copy_from(input);
+    return;
+  }
   NCCL_CHECK(ncclReduceScatter(input.raw_data(), output.raw_data(),
                                static_cast<size_t>(output.numel()),
                                nccl_type(input.dtype(), "reduce_scatter"), nccl_op(op),
@@ -122,6 +138,10 @@ void NcclCommunicator::reduce_scatter(const Tensor& input, Tensor output, Reduce
 
 void NcclCommunicator::all_gather(const Tensor& input, Tensor output) {
   check_collective(*this, "all_gather", CollectiveShape::Gather, input, output);
+  if (world_size_ == 1) {
+    if (!output.same(input)) output.copy_from(input);
+    return;
+  }
   NCCL_CHECK(ncclAllGather(input.raw_data(), output.raw_data(), static_cast<size_t>(input.numel()),
                            nccl_type(input.dtype(), "all_gather"), state_->comm,
                            cuda::current_stream_handle(device_)));
@@ -131,6 +151,7 @@ void NcclCommunicator::broadcast(Tensor t, int root) {
   check_collective(*this, "broadcast", CollectiveShape::InPlace, t);
   MICROLLM_CHECK(root >= 0 && root < world_size_, "broadcast", "root ", root,
                  " is outside a world of ", world_size_);
+  if (world_size_ == 1) return;
   NCCL_CHECK(ncclBroadcast(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()),
                            nccl_type(t.dtype(), "broadcast"), root, state_->comm,
                            cuda::current_stream_handle(device_)));
@@ -145,6 +166,7 @@ void NcclCommunicator::barrier() {
 
 std::unique_ptr<Work> NcclCommunicator::all_reduce_async(Tensor t, ReduceOp op) {
   check_collective(*this, "all_reduce", CollectiveShape::InPlace, t);
+  if (world_size_ == 1) return std::make_unique<LocalWork>();
   // The communication stream starts after what the training stream has enqueued so far
   // (the copies into the bucket), and the training stream later waits for it.
   const cuda::Stream train = cuda::current_stream(device_);
@@ -162,6 +184,10 @@ std::unique_ptr<Work> NcclCommunicator::all_reduce_async(Tensor t, ReduceOp op) 
 std::unique_ptr<Work> NcclCommunicator::reduce_scatter_async(const Tensor& input, Tensor output,
                                                              ReduceOp op) {
   check_collective(*this, "reduce_scatter", CollectiveShape::Scatter, input, output);
+  if (world_size_ == 1) {
+    reduce_scatter(input, output, op);
+    return std::make_unique<LocalWork>();
+  }
   const cuda::Stream train = cuda::current_stream(device_);
   cuda::Event ready;
   ready.record(train);
