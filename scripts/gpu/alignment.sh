@@ -29,19 +29,8 @@ ALIGN_CAPTURE=${ALIGN_CAPTURE:-65536}
 HF_FULL=${HF_FULL:-qwen2.5-0.5b}
 A=$OUT/alignment
 mkdir -p "$A"
-start=$(date +%s)
-summary=()
-failed=0
-want() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
-step() {  # step NAME COMMAND...: runs it, logs to $A/NAME.log, remembers the status
-  local name=$1; shift
-  echo "[gpu/alignment $(($(date +%s) - start)) s] $name"
-  "$@" >"$A/$name.log" 2>&1
-  local rc=$?
-  tail -n 25 "$A/$name.log"
-  summary+=("$name: exit $rc")
-  [ $rc -eq 0 ] || failed=1
-}
+LOG_DIR=$A STEP_TAG=gpu/alignment TAIL_LINES=25
+source "$ROOT/scripts/gpu/steps.sh"
 keep() {  # keep RUN_DIR NAME: the small files of an alignment run
   mkdir -p "$A/$2"
   cp "$1"/{report.md,comparison.json,manifest.json} "$A/$2/" 2>/dev/null
@@ -69,7 +58,5 @@ if want hf; then
     --device cuda --full $HF_FULL --out "$A/hf_compare.json"
 fi
 tar -czf "$OUT/alignment.tar.gz" -C "$OUT" alignment
-echo
-echo "gpu/alignment summary ($(($(date +%s) - start)) s):"
-printf '  %s\n' "${summary[@]}"
+print_summary
 exit $failed

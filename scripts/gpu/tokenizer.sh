@@ -29,19 +29,8 @@ PYTHON=${PYTHON:-python3}
 STEPS=${STEPS:-"parity chat trained bench"}
 L=$OUT/tokenizer
 mkdir -p "$L"
-start=$(date +%s)
-summary=()
-failed=0
-want() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
-step() {  # step NAME COMMAND...: runs it, logs to $L/NAME.log, keeps the status
-  local name=$1; shift
-  echo "[gpu/tokenizer $(($(date +%s) - start)) s] $name"
-  "$@" >"$L/$name.log" 2>&1
-  local rc=$?
-  tail -n 12 "$L/$name.log"
-  summary+=("$name: exit $rc")
-  [ $rc -eq 0 ] || failed=1
-}
+LOG_DIR=$L STEP_TAG=gpu/tokenizer TAIL_LINES=12
+source "$ROOT/scripts/gpu/steps.sh"
 tool() { for d in "$BIN" "$BIN/apps/microllm" "$BIN/tests" "$BIN/bench"; do [ -x "$d/$1" ] && { echo "$d/$1"; return; }; done; echo "$BIN/$1"; }
 CLI=$(tool microllm)
 
@@ -72,7 +61,5 @@ if want bench; then
     --text "$TEXT" --records-dir "$OUT/records"
 fi
 tar -czf "$OUT/tokenizer.tar.gz" -C "$OUT" tokenizer $( [ -d "$OUT/records" ] && echo records )
-echo
-echo "gpu/tokenizer summary ($(($(date +%s) - start)) s):"
-printf '  %s\n' "${summary[@]}"
+print_summary
 exit $failed
