@@ -22,6 +22,7 @@ writes OUTDIR/comparison.json and OUTDIR/report.md; exits 1 when the comparison 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import sys
@@ -31,6 +32,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "records"))
 import record  # noqa: E402  (summary statistics shared with benchmark records)
+
+# The operator alignment's metrics (cosine similarity with its zero-vector rule), loaded under
+# another name since both files are called compare.py.
+_spec = importlib.util.spec_from_file_location("operator_compare", Path(__file__).resolve().parent / "operators" / "compare.py")
+operator_compare = importlib.util.module_from_spec(_spec)
+sys.modules["operator_compare"] = operator_compare  # its dataclasses look themselves up there
+_spec.loader.exec_module(operator_compare)
 
 VALUE_FILES = {"forward": "values", "training": "training_values"}
 TIMING_FILES = {"operator": "operator_timing", "layer": "layer_timing", "backward": "backward_timing"}
@@ -75,10 +83,9 @@ def compare_pair(key, got: dict | None, ref: dict | None, atol: float, rtol: flo
         worst = int(np.argmax(diff))
         nonzero = b != 0
         rel = diff[nonzero] / np.abs(b[nonzero]) if nonzero.any() else np.zeros(1)
-        na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
         row.update(max_abs=float(diff[worst]), max_abs_index=worst, microllm_at_max=float(a[worst]),
                    pytorch_at_max=float(b[worst]), max_rel=float(rel.max()), mse=float(np.mean((a - b) ** 2)),
-                   cosine=1.0 if na == 0 and nb == 0 else (float(a @ b) / (na * nb) if na and nb else 0.0),
+                   cosine=operator_compare.cosine(a, b),
                    outside_tolerance=int(np.count_nonzero(~(diff <= bound))),
                    worst_over_bound=float(np.max(diff / bound)))
         if row["outside_tolerance"]:
