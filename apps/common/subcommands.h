@@ -20,8 +20,8 @@ struct Command {
 };
 
 // Parses argv for `app` (which must require one subcommand) and runs the chosen command.
-inline int run_subcommands(CLI::App& app, const std::vector<Command>& commands, int argc, char** argv,
-                           const char* tool) {
+inline int run_subcommands(CLI::App& app, const std::vector<Command>& commands, int argc,
+                           char** argv, const char* tool) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -45,7 +45,8 @@ int run_demo(const DemoOptions& o) {
   const int64_t B = o.batch, T = 2 * o.half, C = o.width, H = o.heads, Hkv = o.heads / 2;
   const int64_t D = C / H, V = o.vocab, F = 2 * C;
   if (H < 2 || H % 2 != 0 || C % H != 0 || D % 2 != 0) {
-    std::fprintf(stderr, "microllm demo: --heads must be even and divide --width into even head sizes\n");
+    std::fprintf(stderr,
+                 "microllm demo: --heads must be even and divide --width into even head sizes\n");
     return 2;
   }
   Generator gen(o.seed);
@@ -68,10 +69,11 @@ int run_demo(const DemoOptions& o) {
   const Tensor inv_freq = ops::rope_inv_freq(D, 10000.0);
   const Tensor positions = Tensor::arange(T);
 
-  std::printf("microllm demo: copy task, vocab %lld, sequences of %lld, batch %lld, width %lld, "
-              "%lld heads / %lld KV heads\n", static_cast<long long>(V), static_cast<long long>(T),
-              static_cast<long long>(B), static_cast<long long>(C), static_cast<long long>(H),
-              static_cast<long long>(Hkv));
+  std::printf(
+      "microllm demo: copy task, vocab %lld, sequences of %lld, batch %lld, width %lld, "
+      "%lld heads / %lld KV heads\n",
+      static_cast<long long>(V), static_cast<long long>(T), static_cast<long long>(B),
+      static_cast<long long>(C), static_cast<long long>(H), static_cast<long long>(Hkv));
   std::printf("%6s %12s %18s\n", "step", "loss", "second-half loss");
   double first_loss = 0.0, last_second_half = 0.0;
   for (int64_t step = 1; step <= o.steps; ++step) {
@@ -86,17 +88,18 @@ int run_demo(const DemoOptions& o) {
     const Tensor target_tensor = Tensor::from_vector(targets, {B * T});
 
     // Forward.
-    Tensor x = ops::embedding(p(0), id_tensor);                                        // (B, T, C)
-    Tensor h = ops::rms_norm(x, p(1), 1e-6);                                           // (B, T, C)
-    Tensor q = ops::linear(h, p(2)).reshape({B, T, H, D}).transpose(1, 2);             // (B, H, T, D)
-    Tensor k = ops::linear(h, p(3)).reshape({B, T, Hkv, D}).transpose(1, 2);           // (B, Hkv, T, D)
-    Tensor v = ops::linear(h, p(4)).reshape({B, T, Hkv, D}).transpose(1, 2);           // (B, Hkv, T, D)
+    Tensor x = ops::embedding(p(0), id_tensor);                               // (B, T, C)
+    Tensor h = ops::rms_norm(x, p(1), 1e-6);                                  // (B, T, C)
+    Tensor q = ops::linear(h, p(2)).reshape({B, T, H, D}).transpose(1, 2);    // (B, H, T, D)
+    Tensor k = ops::linear(h, p(3)).reshape({B, T, Hkv, D}).transpose(1, 2);  // (B, Hkv, T, D)
+    Tensor v = ops::linear(h, p(4)).reshape({B, T, Hkv, D}).transpose(1, 2);  // (B, Hkv, T, D)
     q = ops::rope(q, positions, inv_freq);
     k = ops::rope(k, positions, inv_freq);
-    Tensor a = ops::attention(q, k, v).transpose(1, 2).reshape({B, T, H * D});        // (B, T, C)
-    auto r = ops::add_rms_norm(x, ops::linear(a, p(5)), p(6), 1e-6);                  // (B, T, C) ×2
-    Tensor m = ops::linear(ops::swiglu(ops::linear(r.normed, p(7)), ops::linear(r.normed, p(8))), p(9));
-    x = ops::add(r.sum, m);                                                            // (B, T, C)
+    Tensor a = ops::attention(q, k, v).transpose(1, 2).reshape({B, T, H * D});  // (B, T, C)
+    auto r = ops::add_rms_norm(x, ops::linear(a, p(5)), p(6), 1e-6);            // (B, T, C) ×2
+    Tensor m =
+        ops::linear(ops::swiglu(ops::linear(r.normed, p(7)), ops::linear(r.normed, p(8))), p(9));
+    x = ops::add(r.sum, m);  // (B, T, C)
     Tensor logits = ops::linear(ops::rms_norm(x, p(10), 1e-6), p(11)).reshape({B * T, V});
     Tensor loss = ops::cross_entropy(logits, target_tensor);
 
@@ -109,11 +112,14 @@ int run_demo(const DemoOptions& o) {
       const double c2 = 1.0 - std::pow(0.999, static_cast<double>(step));
       for (Parameter& param : params) {
         const Tensor g = param.value.grad();
-        param.m = param.m.defined() ? ops::add(ops::scale(param.m, 0.9), ops::scale(g, 0.1)) : ops::scale(g, 0.1);
-        param.v = param.v.defined() ? ops::add(ops::scale(param.v, 0.999), ops::scale(ops::mul(g, g), 0.001))
-                                    : ops::scale(ops::mul(g, g), 0.001);
-        const Tensor update = ops::div(ops::scale(param.m, o.lr / c1),
-                                       ops::add_scalar(ops::sqrt(ops::scale(param.v, 1.0 / c2)), 1e-8));
+        param.m = param.m.defined() ? ops::add(ops::scale(param.m, 0.9), ops::scale(g, 0.1))
+                                    : ops::scale(g, 0.1);
+        param.v = param.v.defined()
+                      ? ops::add(ops::scale(param.v, 0.999), ops::scale(ops::mul(g, g), 0.001))
+                      : ops::scale(ops::mul(g, g), 0.001);
+        const Tensor update =
+            ops::div(ops::scale(param.m, o.lr / c1),
+                     ops::add_scalar(ops::sqrt(ops::scale(param.v, 1.0 / c2)), 1e-8));
         param.value.copy_from(ops::sub(param.value, update));
       }
     }
@@ -126,27 +132,46 @@ int run_demo(const DemoOptions& o) {
       for (int64_t b = 0; b < B; ++b)
         for (int64_t t = 0; t < o.half; ++t) second[b * T + t] = -100;
       last_second_half = ops::cross_entropy(logits, Tensor::from_vector(second, {B * T})).item();
-      std::printf("%6lld %12.4f %18.4f\n", static_cast<long long>(step), loss.item(), last_second_half);
+      std::printf("%6lld %12.4f %18.4f\n", static_cast<long long>(step), loss.item(),
+                  last_second_half);
     }
   }
-  std::printf("loss fell from %.4f; second-half loss is now %.4f (ln %lld = %.4f would be guessing)\n",
-              first_loss, last_second_half, static_cast<long long>(V), std::log(static_cast<double>(V)));
+  std::printf(
+      "loss fell from %.4f; second-half loss is now %.4f (ln %lld = %.4f would be guessing)\n",
+      first_loss, last_second_half, static_cast<long long>(V), std::log(static_cast<double>(V)));
   return 0;
 }
 
 Command add_demo_command(CLI::App& parent) {
   auto options = std::make_shared<DemoOptions>();
   CLI::App* cmd = parent.add_subcommand(
-      "demo", "Fit a one-block attention model to a copy task on the CPU and print the loss falling");
-  cmd->add_option("--steps", options->steps, "optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--batch", options->batch, "sequences per step")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--vocab", options->vocab, "vocabulary size")->check(CLI::Range(2, 100000))->capture_default_str();
-  cmd->add_option("--half", options->half, "tokens before the copy")->check(CLI::Range(1, 4096))->capture_default_str();
-  cmd->add_option("--width", options->width, "model width")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--heads", options->heads, "query heads (even)")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--lr", options->lr, "Adam learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+      "demo",
+      "Fit a one-block attention model to a copy task on the CPU and print the loss falling");
+  cmd->add_option("--steps", options->steps, "optimizer steps")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--batch", options->batch, "sequences per step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--vocab", options->vocab, "vocabulary size")
+      ->check(CLI::Range(2, 100000))
+      ->capture_default_str();
+  cmd->add_option("--half", options->half, "tokens before the copy")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--width", options->width, "model width")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--heads", options->heads, "query heads (even)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--lr", options->lr, "Adam learning rate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--seed", options->seed, "random seed")->capture_default_str();
-  cmd->add_option("--log-every", options->log_every, "steps between log lines")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--log-every", options->log_every, "steps between log lines")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   return {cmd, [options] { return run_demo(*options); }};
 }
 

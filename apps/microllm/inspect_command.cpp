@@ -54,15 +54,18 @@ int run_inspect(const InspectOptions& o) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  std::printf("%s: %s, %lld layers, hidden %lld, FFN %lld, %lld heads / %lld KV heads of %lld, vocab %lld%s\n",
-              o.config.c_str(), c.model_type(), static_cast<long long>(c.num_layers),
-              static_cast<long long>(c.hidden_size), static_cast<long long>(c.intermediate_size),
-              static_cast<long long>(c.num_heads), static_cast<long long>(c.num_kv_heads),
-              static_cast<long long>(c.head_dim), static_cast<long long>(c.vocab_size),
-              c.tie_word_embeddings ? ", tied embeddings" : "");
+  std::printf(
+      "%s: %s, %lld layers, hidden %lld, FFN %lld, %lld heads / %lld KV heads of %lld, vocab "
+      "%lld%s\n",
+      o.config.c_str(), c.model_type(), static_cast<long long>(c.num_layers),
+      static_cast<long long>(c.hidden_size), static_cast<long long>(c.intermediate_size),
+      static_cast<long long>(c.num_heads), static_cast<long long>(c.num_kv_heads),
+      static_cast<long long>(c.head_dim), static_cast<long long>(c.vocab_size),
+      c.tie_word_embeddings ? ", tied embeddings" : "");
   std::printf("parameters:               %s\n", with_commas(params).c_str());
   std::printf("weights:                  f32 %s bytes, bf16/f16 %s bytes, f8 %s bytes\n",
-              with_commas(params * 4).c_str(), with_commas(params * 2).c_str(), with_commas(params).c_str());
+              with_commas(params * 4).c_str(), with_commas(params * 2).c_str(),
+              with_commas(params).c_str());
   std::printf("KV cache per token:       bf16 %s bytes, f32 %s bytes\n",
               with_commas(model::kv_cache_bytes_per_token(c, 2)).c_str(),
               with_commas(model::kv_cache_bytes_per_token(c, 4)).c_str());
@@ -75,11 +78,13 @@ int run_inspect(const InspectOptions& o) {
 
 Command add_inspect_command(CLI::App& parent) {
   auto o = std::make_shared<InspectOptions>();
-  CLI::App* cmd = parent.add_subcommand("inspect", "Parameter count, bytes, KV-cache size and FLOPs of a config.json");
+  CLI::App* cmd = parent.add_subcommand(
+      "inspect", "Parameter count, bytes, KV-cache size and FLOPs of a config.json");
   cmd->add_option("--config", o->config, "config.json or a folder holding one")->required();
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->add_option("--context", o->context, "context length for attention FLOPs")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   return {cmd, [o] { return run_inspect(*o); }};
 }
 

@@ -3,9 +3,9 @@
 // token file training reads (microllm-tokens-v1: FILE.bin + FILE.bin.json). Progress goes to
 // stderr, one line per file.
 #include <chrono>
-#include <optional>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "commands.h"
@@ -26,8 +26,8 @@ int run_tokenize(const TokenizeCli& cli) {
   std::optional<int32_t> separator;
   if (!cli.separator.empty()) {
     separator = tokenizer.token_to_id(cli.separator);
-    MICROLLM_CHECK(separator.has_value(), "tokenize", "--separator '", cli.separator, "' is not a token of ",
-                   tokenizer.source());
+    MICROLLM_CHECK(separator.has_value(), "tokenize", "--separator '", cli.separator,
+                   "' is not a token of ", tokenizer.source());
   }
   std::vector<uint32_t> tokens;
   const auto start = std::chrono::steady_clock::now();
@@ -38,16 +38,19 @@ int run_tokenize(const TokenizeCli& cli) {
     std::ostringstream text;
     text << in.rdbuf();
     const std::string document = text.str();
-    for (int32_t id : tokenizer.encode(document, cli.add_special_tokens)) tokens.push_back(static_cast<uint32_t>(id));
+    for (int32_t id : tokenizer.encode(document, cli.add_special_tokens))
+      tokens.push_back(static_cast<uint32_t>(id));
     if (separator) tokens.push_back(static_cast<uint32_t>(*separator));
     total_bytes += document.size();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::fprintf(stderr, "tokenize: [%zu/%zu] %s — %zu tokens so far, %.1f MB in %.1f s\n", i + 1,
-                 cli.files.size(), cli.files[i].c_str(), tokens.size(), static_cast<double>(total_bytes) / 1e6, seconds);
+                 cli.files.size(), cli.files[i].c_str(), tokens.size(),
+                 static_cast<double>(total_bytes) / 1e6, seconds);
   }
   train::write_token_file(cli.out, tokens, tokenizer.vocab_size());
-  std::printf("wrote %s (%zu tokens, vocabulary %lld) and %s.json\n", cli.out.c_str(), tokens.size(),
-              static_cast<long long>(tokenizer.vocab_size()), cli.out.c_str());
+  std::printf("wrote %s (%zu tokens, vocabulary %lld) and %s.json\n", cli.out.c_str(),
+              tokens.size(), static_cast<long long>(tokenizer.vocab_size()), cli.out.c_str());
   return 0;
 }
 
@@ -55,12 +58,20 @@ int run_tokenize(const TokenizeCli& cli) {
 
 Command add_tokenize_command(CLI::App& parent) {
   auto c = std::make_shared<TokenizeCli>();
-  CLI::App* cmd = parent.add_subcommand("tokenize", "Encode text files into a token file for training");
-  cmd->add_option("--tokenizer", c->tokenizer, "folder with tokenizer.json, or the file")->required();
-  cmd->add_option("--out", c->out, "token file to write (NAME.bin; the manifest goes to NAME.bin.json)")->required();
-  cmd->add_option("--separator", c->separator, "token appended after each file, e.g. <|endoftext|>");
-  cmd->add_flag("--add-special-tokens", c->add_special_tokens, "apply the tokenizer's post-processor (e.g. BOS)");
-  cmd->add_option("files", c->files, "text files, one document each")->required()->check(CLI::ExistingFile);
+  CLI::App* cmd =
+      parent.add_subcommand("tokenize", "Encode text files into a token file for training");
+  cmd->add_option("--tokenizer", c->tokenizer, "folder with tokenizer.json, or the file")
+      ->required();
+  cmd->add_option("--out", c->out,
+                  "token file to write (NAME.bin; the manifest goes to NAME.bin.json)")
+      ->required();
+  cmd->add_option("--separator", c->separator,
+                  "token appended after each file, e.g. <|endoftext|>");
+  cmd->add_flag("--add-special-tokens", c->add_special_tokens,
+                "apply the tokenizer's post-processor (e.g. BOS)");
+  cmd->add_option("files", c->files, "text files, one document each")
+      ->required()
+      ->check(CLI::ExistingFile);
   return {cmd, [c] { return run_tokenize(*c); }};
 }
 

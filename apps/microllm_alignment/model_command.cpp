@@ -6,7 +6,7 @@
 //   operator-timing per named value: the time since the previous one        *_operator_timing.jsonl
 //   layer-timing    embedding, each block, final norm, LM head, full forward *_layer_timing.jsonl
 //   training        next-token loss and every parameter gradient,           *_training_values.jsonl
-//                   then backward alone timed (forward outside the timer)    *_backward_timing.jsonl
+//                   then backward alone timed (forward outside the timer) *_backward_timing.jsonl
 //
 // The model is built from --config with random weights (seed, normal(0, --init-std)) or loaded
 // from a Hugging Face folder (--model); --write-parameters also saves it as one (the PyTorch
@@ -46,12 +46,12 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 struct ModelCli {
-  std::string config;            // config.json for a randomly initialized model
-  std::string model;             // or a Hugging Face folder to load
-  std::string ids;               // int64 (B, T) .npy
-  std::string output;            // folder for the records
+  std::string config;  // config.json for a randomly initialized model
+  std::string model;   // or a Hugging Face folder to load
+  std::string ids;     // int64 (B, T) .npy
+  std::string output;  // folder for the records
   std::string prefix = "microllm";
-  std::string pass;              // values | operator-timing | layer-timing | training
+  std::string pass;  // values | operator-timing | layer-timing | training
   std::string device = "cpu";
   std::string dtype = "f32";
   std::string format = "jsonl";  // jsonl | safetensors
@@ -126,7 +126,11 @@ nlohmann::json value_record(const std::string& kind, const std::string& name, in
 
 nlohmann::json timing_record(const std::string& kind, const std::string& name, int64_t occurrence,
                              const std::vector<double>& samples) {
-  return {{"kind", kind}, {"name", name}, {"occurrence", occurrence}, {"units", "ms"}, {"samples", samples}};
+  return {{"kind", kind},
+          {"name", name},
+          {"occurrence", occurrence},
+          {"units", "ms"},
+          {"samples", samples}};
 }
 
 // Captures values either as JSON records or as whole tensors for one safetensors file.
@@ -164,7 +168,8 @@ model::Transformer build_model(const ModelCli& cli, Device device, DType dtype) 
     io::load_into(m.parameters(), io::open_checkpoint(cli.model), /*strict=*/true);
     return m;
   }
-  return model::Transformer(model::ModelConfig::load(cli.config), device, dtype, cli.seed, cli.init_std);
+  return model::Transformer(model::ModelConfig::load(cli.config), device, dtype, cli.seed,
+                            cli.init_std);
 }
 
 void write_parameters(const model::Transformer& m, const ModelCli& cli) {
@@ -177,8 +182,13 @@ void write_parameters(const model::Transformer& m, const ModelCli& cli) {
     const std::vector<double> v = p.to_vector_f64();
     double sum = 0, sum_abs = 0;
     for (double x : v) sum += x, sum_abs += std::abs(x);
-    summary.write({{"kind", "parameter"}, {"name", name}, {"dtype", std::string(dtype_name(p.dtype()))},
-                   {"shape", p.shape()}, {"numel", p.numel()}, {"sum", sum}, {"sum_abs", sum_abs},
+    summary.write({{"kind", "parameter"},
+                   {"name", name},
+                   {"dtype", std::string(dtype_name(p.dtype()))},
+                   {"shape", p.shape()},
+                   {"numel", p.numel()},
+                   {"sum", sum},
+                   {"sum_abs", sum_abs},
                    {"file", (dir / "model.safetensors").string()}});
   }
   io::save_safetensors((dir / "model.safetensors").string(), named, {{"format", "pt"}});
@@ -189,15 +199,16 @@ void run_values(const model::Transformer& m, const Tensor& ids, const ModelCli& 
   autograd::NoGradGuard no_grad;
   ValueSink sink(cli, "values");
   sink.add("value", "ids", ids);
-  m.forward(ids, Tensor(), [&](const std::string& name, const Tensor& v) { sink.add("value", name, v); });
+  m.forward(ids, Tensor(),
+            [&](const std::string& name, const Tensor& v) { sink.add("value", name, v); });
   sink.finish();
 }
 
 // Runs warm-up + repetitions of `body(record)`, where body calls record(name) at each
 // boundary; returns name → samples (ms), in first-seen order.
 template <class Body>
-std::vector<std::pair<std::string, std::vector<double>>> time_boundaries(const ModelCli& cli, Device device,
-                                                                         Body body) {
+std::vector<std::pair<std::string, std::vector<double>>> time_boundaries(const ModelCli& cli,
+                                                                         Device device, Body body) {
   std::vector<std::pair<std::string, std::vector<double>>> rows;
   std::map<std::string, size_t> index;
   for (int rep = 0; rep < cli.warmup + cli.repetitions; ++rep) {
@@ -221,7 +232,8 @@ std::vector<std::pair<std::string, std::vector<double>>> time_boundaries(const M
 void write_timings(const std::string& kind, const std::string& stem, const ModelCli& cli,
                    const std::vector<std::pair<std::string, std::vector<double>>>& rows) {
   RecordWriter out(fs::path(cli.output) / (cli.prefix + "_" + stem + ".jsonl"));
-  for (const auto& [name, samples] : rows) out.write(timing_record(kind, name, out.next_occurrence(kind, name), samples));
+  for (const auto& [name, samples] : rows)
+    out.write(timing_record(kind, name, out.next_occurrence(kind, name), samples));
 }
 
 void run_operator_timing(const model::Transformer& m, const Tensor& ids, const ModelCli& cli) {
@@ -269,7 +281,8 @@ void run_training(model::Transformer& m, const Tensor& ids, const ModelCli& cli)
         missing.push_back(name);
     }
     sink.finish();
-    for (const auto& name : missing) std::fprintf(stderr, "parameter %s received no gradient\n", name.c_str());
+    for (const auto& name : missing)
+      std::fprintf(stderr, "parameter %s received no gradient\n", name.c_str());
   }
   // Backward alone: the forward and the loss are built before the timer starts.
   std::vector<double> samples;
@@ -286,10 +299,12 @@ void run_training(model::Transformer& m, const Tensor& ids, const ModelCli& cli)
 }
 
 int run_model(ModelCli& cli) {
-  MICROLLM_CHECK(cli.config.empty() != cli.model.empty(), "microllm_alignment",
-                 "give exactly one of --config (random weights) and --model (a Hugging Face folder)");
+  MICROLLM_CHECK(
+      cli.config.empty() != cli.model.empty(), "microllm_alignment",
+      "give exactly one of --config (random weights) and --model (a Hugging Face folder)");
   MICROLLM_CHECK(cli.warmup >= 0 && cli.repetitions >= 1, "microllm_alignment",
-                 "--warmup must be ≥ 0 and --repetitions ≥ 1, found ", cli.warmup, " and ", cli.repetitions);
+                 "--warmup must be ≥ 0 and --repetitions ≥ 1, found ", cli.warmup, " and ",
+                 cli.repetitions);
   MICROLLM_CHECK(cli.max_captured_elements >= 1, "microllm_alignment",
                  "--max-captured-elements must be ≥ 1, found ", cli.max_captured_elements);
   const Device device = Device::parse(cli.device);
@@ -297,8 +312,10 @@ int run_model(ModelCli& cli) {
   fs::create_directories(cli.output);
   model::Transformer m = build_model(cli, device, dtype);
   const Tensor host_ids = io::load_npy(cli.ids);
-  MICROLLM_CHECK(host_ids.dim() == 2 && (host_ids.dtype() == DType::I64 || host_ids.dtype() == DType::I32),
-                 "microllm_alignment", cli.ids, " must hold an integer (B, T) array, found ", host_ids.describe());
+  MICROLLM_CHECK(
+      host_ids.dim() == 2 && (host_ids.dtype() == DType::I64 || host_ids.dtype() == DType::I32),
+      "microllm_alignment", cli.ids, " must hold an integer (B, T) array, found ",
+      host_ids.describe());
   const Tensor ids = host_ids.to(DType::I64).to(device);  // (B, T)
   if (!cli.write_parameters.empty()) write_parameters(m, cli);
 
@@ -323,11 +340,13 @@ int run_model(ModelCli& cli) {
 
 Command add_model_command(CLI::App& parent) {
   auto c = std::make_shared<ModelCli>();
-  CLI::App* cmd = parent.add_subcommand("model", "One pass of the model alignment (tools/alignment/run.py)");
+  CLI::App* cmd =
+      parent.add_subcommand("model", "One pass of the model alignment (tools/alignment/run.py)");
   cmd->add_option("--config", c->config, "config.json of a model with random weights");
   cmd->add_option("--model", c->model, "Hugging Face folder (config.json + safetensors) to load");
   cmd->add_option("--seed", c->seed, "seed of the random weights")->capture_default_str();
-  cmd->add_option("--init-std", c->init_std, "standard deviation of the random weights")->capture_default_str();
+  cmd->add_option("--init-std", c->init_std, "standard deviation of the random weights")
+      ->capture_default_str();
   cmd->add_option("--ids", c->ids, "int64 (B, T) .npy of input ids")->required();
   cmd->add_option("--output", c->output, "folder for the records")->required();
   cmd->add_option("--prefix", c->prefix, "file name prefix of the records")->capture_default_str();
@@ -335,12 +354,14 @@ Command add_model_command(CLI::App& parent) {
       ->required()
       ->check(CLI::IsMember({"values", "operator-timing", "layer-timing", "training"}));
   cmd->add_option("--device", c->device, "cpu or cuda[:N]")->capture_default_str();
-  cmd->add_option("--dtype", c->dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
+  cmd->add_option("--dtype", c->dtype, "f32 or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   cmd->add_option("--format", c->format, "jsonl records, or whole tensors in safetensors")
       ->check(CLI::IsMember({"jsonl", "safetensors"}))
       ->capture_default_str();
   cmd->add_option("--write-parameters", c->write_parameters,
-                   "also save the model as a Hugging Face folder here (+ PREFIX_parameters.jsonl)");
+                  "also save the model as a Hugging Face folder here (+ PREFIX_parameters.jsonl)");
   cmd->add_option("--warmup", c->warmup, "untimed repetitions first")->capture_default_str();
   cmd->add_option("--repetitions", c->repetitions, "timed repetitions")->capture_default_str();
   cmd->add_option("--max-captured-elements", c->max_captured_elements,

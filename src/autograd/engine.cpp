@@ -130,7 +130,8 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   std::vector<Edge> root_edges;
   for (const Tensor& root : roots) {
     Edge edge = edge_for(root);
-    MICROLLM_CHECK(edge.valid(), "backward", "root ", root.describe(), " does not require a gradient");
+    MICROLLM_CHECK(edge.valid(), "backward", "root ", root.describe(),
+                   " does not require a gradient");
     root_edges.push_back(edge);
   }
   for (const Edge& edge : root_edges) {
@@ -151,8 +152,8 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   for (size_t i = 0; i < roots.size(); ++i) deliver(root_edges[i], grad_outputs[i]);
   std::vector<std::shared_ptr<Node>> ready;
   for (const Edge& edge : root_edges) {
-    const bool queued = std::any_of(ready.begin(), ready.end(),
-                                    [&](const auto& n) { return n == edge.node; });
+    const bool queued =
+        std::any_of(ready.begin(), ready.end(), [&](const auto& n) { return n == edge.node; });
     if (dependencies[edge.node.get()] == 0 && !queued) ready.push_back(edge.node);
   }
   while (!ready.empty()) {
@@ -163,8 +164,8 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     if (grads_in.empty()) grads_in.resize(static_cast<size_t>(node->num_outputs()));
     // A node none of whose outputs received a gradient contributes nothing: skip it, but
     // still release the nodes that wait for it.
-    const bool any_grad = std::any_of(grads_in.begin(), grads_in.end(),
-                                      [](const Tensor& g) { return g.defined(); });
+    const bool any_grad =
+        std::any_of(grads_in.begin(), grads_in.end(), [](const Tensor& g) { return g.defined(); });
     std::vector<Tensor> grads_out;
     if (any_grad) grads_out = node->apply(grads_in);
     node->release();

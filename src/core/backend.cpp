@@ -25,8 +25,8 @@ class CpuBackend final : public DeviceBackend {
   void deallocate(void* ptr, size_t, Device) override { std::free(ptr); }
   void copy(void* dst, Device dst_device, const void* src, Device src_device,
             size_t nbytes) override {
-    MICROLLM_CHECK(dst_device.is_cpu() && src_device.is_cpu(), "cpu backend",
-                   "cannot copy from ", src_device, " to ", dst_device);
+    MICROLLM_CHECK(dst_device.is_cpu() && src_device.is_cpu(), "cpu backend", "cannot copy from ",
+                   src_device, " to ", dst_device);
     if (nbytes) std::memcpy(dst, src, nbytes);
   }
   void memset_zero(void* ptr, size_t nbytes, Device) override {
@@ -60,13 +60,23 @@ void CpuBackend::copy_tensor(const Tensor& dst, const Tensor& src) {
     strided_loop<2>(dst.shape(), strides, [&](int64_t, const std::array<int64_t, 2>& o) {
       int64_t v = 0;
       switch (st) {
-        case DType::I64: v = static_cast<const int64_t*>(src_base)[o[1]]; break;
-        case DType::I32: v = static_cast<const int32_t*>(src_base)[o[1]]; break;
-        case DType::I8: v = static_cast<const int8_t*>(src_base)[o[1]]; break;
-        default: v = static_cast<int64_t>(load_element(src_base, o[1], st)); break;
+        case DType::I64:
+          v = static_cast<const int64_t*>(src_base)[o[1]];
+          break;
+        case DType::I32:
+          v = static_cast<const int32_t*>(src_base)[o[1]];
+          break;
+        case DType::I8:
+          v = static_cast<const int8_t*>(src_base)[o[1]];
+          break;
+        default:
+          v = static_cast<int64_t>(load_element(src_base, o[1], st));
+          break;
       }
-      if (dt == DType::I64) static_cast<int64_t*>(dst_base)[o[0]] = v;
-      else store_element(dst_base, o[0], dt, static_cast<double>(v));
+      if (dt == DType::I64)
+        static_cast<int64_t*>(dst_base)[o[0]] = v;
+      else
+        store_element(dst_base, o[0], dt, static_cast<double>(v));
     });
   } else {
     strided_loop<2>(dst.shape(), strides, [&](int64_t, const std::array<int64_t, 2>& o) {

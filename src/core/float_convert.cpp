@@ -27,12 +27,13 @@ uint16_t f32_to_f16_bits(float value) {
   const uint32_t u = std::bit_cast<uint32_t>(value);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u | static_cast<uint16_t>((abs >> 13) & 0x1ffu);  // NaN
+  if (abs > 0x7f800000u)
+    return sign | 0x7e00u | static_cast<uint16_t>((abs >> 13) & 0x1ffu);  // NaN
   if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds to ≥ 65520: infinity
   const int32_t exponent = static_cast<int32_t>(abs >> 23) - 127;
   if (exponent < -14) {
     // Subnormal in F16 (or zero): count units of 2^-24 and round to nearest even.
-    if (exponent < -25) return sign;  // below half the smallest subnormal
+    if (exponent < -25) return sign;                          // below half the smallest subnormal
     const uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;  // implicit one
     // value = mantissa · 2^(exponent-23) = (mantissa >> shift) units of 2^-24, shift ≥ 14.
     const int shift = -exponent - 1;
@@ -56,9 +57,9 @@ struct Fp8Format {
   int mantissa_bits;
   int bias;
   float max_finite;
-  uint8_t max_bits;      // largest finite value (without sign)
-  uint8_t nan_bits;      // canonical NaN (without sign)
-  bool has_infinity;     // E5M2 reserves exponent 11111 for inf/NaN
+  uint8_t max_bits;   // largest finite value (without sign)
+  uint8_t nan_bits;   // canonical NaN (without sign)
+  bool has_infinity;  // E5M2 reserves exponent 11111 for inf/NaN
 };
 
 constexpr Fp8Format kE4M3{4, 3, 7, 448.0f, 0x7e, 0x7f, false};
@@ -72,7 +73,8 @@ float fp8_decode(uint8_t bits, const Fp8Format& f) {
   float magnitude;
   if (f.has_infinity && exponent == max_exponent) {
     magnitude = mantissa == 0 ? INFINITY : NAN;
-  } else if (!f.has_infinity && exponent == max_exponent && mantissa == (1 << f.mantissa_bits) - 1) {
+  } else if (!f.has_infinity && exponent == max_exponent &&
+             mantissa == (1 << f.mantissa_bits) - 1) {
     magnitude = NAN;
   } else if (exponent == 0) {
     magnitude = std::ldexp(static_cast<float>(mantissa), 1 - f.bias - f.mantissa_bits);

@@ -30,7 +30,8 @@ double Generator::next_normal() {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
 }
 
-Tensor randn(const Shape& shape, Generator& gen, DType dtype, Device device, double mean, double std) {
+Tensor randn(const Shape& shape, Generator& gen, DType dtype, Device device, double mean,
+             double std) {
   std::vector<double> values(checked_numel(shape, "randn"));
   for (double& v : values) v = mean + std * gen.next_normal();
   return Tensor::from_vector(values, shape, dtype, device);

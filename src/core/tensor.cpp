@@ -17,7 +17,8 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t s : shape)
     MICROLLM_CHECK(s >= 0, "Tensor::empty", "negative size in shape ", shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = Storage::allocate(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+  impl->storage =
+      Storage::allocate(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
@@ -83,8 +84,8 @@ Tensor Tensor::scalar(double value, DType dtype, Device device) {
 
 Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, const Shape& shape,
                             const Strides& strides, int64_t offset, DType dtype) {
-  MICROLLM_CHECK(shape.size() == strides.size(), "Tensor::from_storage", "shape ",
-                 shape_str(shape), " and strides ", shape_str(strides), " differ in rank");
+  MICROLLM_CHECK(shape.size() == strides.size(), "Tensor::from_storage", "shape ", shape_str(shape),
+                 " and strides ", shape_str(strides), " differ in rank");
   // The furthest element this view can reach must lie inside the storage.
   int64_t last = offset;
   bool empty = false;
@@ -92,14 +93,16 @@ Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, const Shape& shape
     MICROLLM_CHECK(shape[d] >= 0 && strides[d] >= 0, "Tensor::from_storage",
                    "negative size or stride in shape ", shape_str(shape), " strides ",
                    shape_str(strides));
-    if (shape[d] == 0) empty = true;
-    else last += (shape[d] - 1) * strides[d];
+    if (shape[d] == 0)
+      empty = true;
+    else
+      last += (shape[d] - 1) * strides[d];
   }
-  MICROLLM_CHECK(offset >= 0 && (empty || static_cast<size_t>(last + 1) * dtype_size(dtype) <=
-                                              storage->nbytes()),
-                 "Tensor::from_storage", "view ", shape_str(shape), " strides ",
-                 shape_str(strides), " offset ", offset, " of ", dtype, " reaches past the ",
-                 storage->nbytes(), "-byte storage");
+  MICROLLM_CHECK(
+      offset >= 0 &&
+          (empty || static_cast<size_t>(last + 1) * dtype_size(dtype) <= storage->nbytes()),
+      "Tensor::from_storage", "view ", shape_str(shape), " strides ", shape_str(strides),
+      " offset ", offset, " of ", dtype, " reaches past the ", storage->nbytes(), "-byte storage");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::move(storage);
   impl->shape = shape;
@@ -115,11 +118,26 @@ void Tensor::check_defined(const char* what) const {
   MICROLLM_CHECK(impl_ != nullptr, what, "the tensor is undefined");
 }
 
-const Shape& Tensor::shape() const { check_defined("Tensor::shape"); return impl_->shape; }
-const Strides& Tensor::strides() const { check_defined("Tensor::strides"); return impl_->strides; }
-int64_t Tensor::offset() const { check_defined("Tensor::offset"); return impl_->offset; }
-DType Tensor::dtype() const { check_defined("Tensor::dtype"); return impl_->dtype; }
-Device Tensor::device() const { check_defined("Tensor::device"); return impl_->storage->device(); }
+const Shape& Tensor::shape() const {
+  check_defined("Tensor::shape");
+  return impl_->shape;
+}
+const Strides& Tensor::strides() const {
+  check_defined("Tensor::strides");
+  return impl_->strides;
+}
+int64_t Tensor::offset() const {
+  check_defined("Tensor::offset");
+  return impl_->offset;
+}
+DType Tensor::dtype() const {
+  check_defined("Tensor::dtype");
+  return impl_->dtype;
+}
+Device Tensor::device() const {
+  check_defined("Tensor::device");
+  return impl_->storage->device();
+}
 const std::shared_ptr<Storage>& Tensor::storage() const {
   check_defined("Tensor::storage");
   return impl_->storage;
@@ -132,7 +150,8 @@ int64_t Tensor::stride(int64_t d) const {
 }
 
 bool Tensor::is_contiguous() const {
-  if (numel() == 0) return true;  // no element to be out of place (dense strides of (3, 0) are (1, 1))
+  if (numel() == 0)
+    return true;  // no element to be out of place (dense strides of (3, 0) are (1, 1))
   int64_t expected = 1;
   for (int64_t d = dim() - 1; d >= 0; --d) {
     if (impl_->shape[d] == 1) continue;  // the stride of a size-1 dimension is irrelevant
@@ -173,8 +192,8 @@ std::vector<float> Tensor::to_vector_f32() const {
 }
 
 std::vector<int64_t> Tensor::to_vector_i64() const {
-  MICROLLM_CHECK(is_integral(dtype()), "Tensor::to_vector_i64", "expected an integer tensor, found ",
-                 describe());
+  MICROLLM_CHECK(is_integral(dtype()), "Tensor::to_vector_i64",
+                 "expected an integer tensor, found ", describe());
   Tensor host = to(DType::I64).to(Device::cpu()).contiguous();
   const int64_t* p = host.data<int64_t>();
   return std::vector<int64_t>(p, p + numel());
@@ -234,21 +253,33 @@ Tensor& Tensor::set_requires_grad(bool requires_grad) {
   return *this;
 }
 
-bool Tensor::is_leaf() const { check_defined("Tensor::is_leaf"); return !impl_->autograd.grad_fn; }
-Tensor Tensor::grad() const { check_defined("Tensor::grad"); return impl_->autograd.grad; }
+bool Tensor::is_leaf() const {
+  check_defined("Tensor::is_leaf");
+  return !impl_->autograd.grad_fn;
+}
+Tensor Tensor::grad() const {
+  check_defined("Tensor::grad");
+  return impl_->autograd.grad;
+}
 void Tensor::set_grad(const Tensor& grad) {
   check_defined("Tensor::set_grad");
   MICROLLM_CHECK(!grad.defined() || grad.shape() == shape(), "Tensor::set_grad", "gradient ",
                  grad.describe(), " does not match tensor ", describe());
   impl_->autograd.grad = grad;
 }
-void Tensor::zero_grad() { check_defined("Tensor::zero_grad"); impl_->autograd.grad = Tensor(); }
+void Tensor::zero_grad() {
+  check_defined("Tensor::zero_grad");
+  impl_->autograd.grad = Tensor();
+}
 
 const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
   check_defined("Tensor::grad_fn");
   return impl_->autograd.grad_fn;
 }
-int Tensor::output_nr() const { check_defined("Tensor::output_nr"); return impl_->autograd.output_nr; }
+int Tensor::output_nr() const {
+  check_defined("Tensor::output_nr");
+  return impl_->autograd.output_nr;
+}
 
 void Tensor::set_grad_fn(std::shared_ptr<autograd::Node> node, int output_nr) {
   impl_->autograd.grad_fn = std::move(node);

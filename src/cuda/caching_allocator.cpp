@@ -24,8 +24,8 @@ struct Block {
   void* ptr;
   size_t size;
   int device;
-  cudaStream_t stream;                    // the stream it was allocated on
-  std::vector<cudaStream_t> used_by;      // other streams (record_stream)
+  cudaStream_t stream;                // the stream it was allocated on
+  std::vector<cudaStream_t> used_by;  // other streams (record_stream)
   std::vector<cudaEvent_t> pending_events;
 };
 
@@ -55,8 +55,8 @@ class CachingAllocator {
       // check does not report it.
       if (status != cudaSuccess) cudaGetLastError();
       MICROLLM_CHECK(status == cudaSuccess, "cuda allocator", "out of memory on ", device,
-                     " allocating ", nbytes, " bytes (", size, " rounded): ",
-                     cudaGetErrorString(status), "; allocated ", st.allocated_bytes,
+                     " allocating ", nbytes, " bytes (", size,
+                     " rounded): ", cudaGetErrorString(status), "; allocated ", st.allocated_bytes,
                      " bytes, reserved ", st.reserved_bytes, " bytes");
       ++st.backend_mallocs;
       st.reserved_bytes += static_cast<int64_t>(size);
@@ -141,10 +141,16 @@ class CachingAllocator {
       bool done = true;
       for (cudaEvent_t e : block->pending_events) {
         const cudaError_t status = cudaEventQuery(e);
-        if (status == cudaErrorNotReady) { done = false; break; }
+        if (status == cudaErrorNotReady) {
+          done = false;
+          break;
+        }
         CUDA_CHECK(status);
       }
-      if (!done) { ++i; continue; }
+      if (!done) {
+        ++i;
+        continue;
+      }
       for (cudaEvent_t e : block->pending_events) cudaEventDestroy(e);
       block->pending_events.clear();
       cache(block);

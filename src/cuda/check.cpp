@@ -9,8 +9,8 @@
 namespace microllm::cuda::detail {
 
 void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
-  MICROLLM_FAIL("cuda", cudaGetErrorName(status), " (", cudaGetErrorString(status), ") from ",
-                call, " at ", file, ":", line);
+  MICROLLM_FAIL("cuda", cudaGetErrorName(status), " (", cudaGetErrorString(status), ") from ", call,
+                " at ", file, ":", line);
 }
 
 void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {

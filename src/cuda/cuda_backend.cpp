@@ -14,7 +14,8 @@ class CudaBackend final : public DeviceBackend {
   void* allocate(size_t nbytes, Device device) override { return cuda::allocate(nbytes, device); }
   void deallocate(void* ptr, size_t, Device) override { cuda::deallocate(ptr); }
 
-  void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) override {
+  void copy(void* dst, Device dst_device, const void* src, Device src_device,
+            size_t nbytes) override {
     if (nbytes == 0) return;
     if (dst_device.is_cuda() && src_device.is_cuda() && dst_device != src_device) {
       const cudaStream_t stream = cuda::current_stream_handle(dst_device);

@@ -24,8 +24,8 @@ std::atomic<bool> g_allow_tf32{false};
 
 // A rank-3 operand as cuBLASLt will read it: a (possibly flipped) dense row-major matrix.
 struct Operand {
-  Tensor tensor;     // keeps a dense copy alive when one was needed
-  bool transposed;   // op to apply to the stored row-major matrix
+  Tensor tensor;    // keeps a dense copy alive when one was needed
+  bool transposed;  // op to apply to the stored row-major matrix
   int64_t rows, cols, ld, batch_stride;
 };
 
@@ -35,7 +35,8 @@ Operand make_operand(const Tensor& t, bool trans) {
   const int64_t batch_stride = t.shape()[0] == 1 ? 0 : t.strides()[0];
   if ((s_col == 1 || cols == 1) && s_row >= std::max<int64_t>(cols, 1))
     return {t, trans, rows, cols, s_row, batch_stride};
-  if ((s_row == 1 || rows == 1) && s_col >= std::max<int64_t>(rows, 1))  // a transposed dense matrix
+  if ((s_row == 1 || rows == 1) &&
+      s_col >= std::max<int64_t>(rows, 1))  // a transposed dense matrix
     return {t, !trans, cols, rows, s_col, batch_stride};
   Tensor dense = t.contiguous();
   return {dense, trans, rows, cols, cols, t.shape()[0] == 1 ? 0 : rows * cols};
@@ -43,10 +44,14 @@ Operand make_operand(const Tensor& t, bool trans) {
 
 cudaDataType_t cuda_type(DType dtype) {
   switch (dtype) {
-    case DType::F32: return CUDA_R_32F;
-    case DType::BF16: return CUDA_R_16BF;
-    case DType::F16: return CUDA_R_16F;
-    default: MICROLLM_FAIL("cuda gemm", "unsupported dtype ", dtype, " (expected f32, bf16 or f16)");
+    case DType::F32:
+      return CUDA_R_32F;
+    case DType::BF16:
+      return CUDA_R_16BF;
+    case DType::F16:
+      return CUDA_R_16F;
+    default:
+      MICROLLM_FAIL("cuda gemm", "unsupported dtype ", dtype, " (expected f32, bf16 or f16)");
   }
 }
 
@@ -101,9 +106,10 @@ void make_layout(cublasLtMatrixLayout_t* layout, cudaDataType_t type, int64_t ro
                                           static_cast<uint64_t>(rows), ld));
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
-    CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
-    CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                                  &batch_stride, sizeof(batch_stride)));
+    CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                  &count, sizeof(count)));
+    CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+        *layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride, sizeof(batch_stride)));
   }
 }
 
@@ -134,21 +140,25 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
   // cuBLASLt's A is our B and its B is our A (see the file comment).
   const cublasOperation_t op_lt_a = ob.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_lt_b = oa.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_lt_a, sizeof(op_lt_a)));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_lt_b, sizeof(op_lt_b)));
+  CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_lt_a, sizeof(op_lt_a)));
+  CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_lt_b, sizeof(op_lt_b)));
   if (bias.defined()) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     const void* bias_ptr = bias.raw_data();
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                sizeof(epilogue)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr,
+                                                sizeof(bias_ptr)));
   }
   make_layout(&d.a, type, ob.rows, ob.cols, ob.ld, batch, ob.batch_stride);
   make_layout(&d.b, type, oa.rows, oa.cols, oa.ld, batch, oa.batch_stride);
   make_layout(&d.c, type, M, N, N, batch, M * N);
 
   void* workspace = workspace_for(device, stream);
-  const ShapeKey key{device.index, static_cast<int>(out.dtype()), ob.transposed, oa.transposed, M, N, K,
-                     batch, oa.ld, ob.ld, oa.batch_stride, ob.batch_stride,
+  const ShapeKey key{device.index, static_cast<int>(out.dtype()), ob.transposed, oa.transposed, M,
+                     N, K, batch, oa.ld, ob.ld, oa.batch_stride, ob.batch_stride,
                      // Alignment of the pointers changes which kernels are legal.
                      (reinterpret_cast<uintptr_t>(oa.tensor.raw_data()) % 16 == 0) +
                          2 * (reinterpret_cast<uintptr_t>(ob.tensor.raw_data()) % 16 == 0),
@@ -162,7 +172,8 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
     } else {
       CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.preference));
       const uint64_t ws = kWorkspaceBytes;
-      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+          d.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
       CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_handle(device.index), d.op, d.a, d.b, d.c, d.c,

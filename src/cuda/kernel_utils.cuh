@@ -33,18 +33,30 @@ struct StridedIndexer {
 
 // ---- conversions: every kernel computes in float ---------------------------------------
 template <class T>
-__device__ __forceinline__ float to_float(T v) { return static_cast<float>(v); }
+__device__ __forceinline__ float to_float(T v) {
+  return static_cast<float>(v);
+}
 template <>
-__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
 template <>
-__device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float<__half>(__half v) {
+  return __half2float(v);
+}
 
 template <class T>
-__device__ __forceinline__ T from_float(float v) { return static_cast<T>(v); }
+__device__ __forceinline__ T from_float(float v) {
+  return static_cast<T>(v);
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
 
 // ---- 16-byte vectors: bandwidth-bound kernels move 16 bytes per thread access ---------
 template <class T>
@@ -57,11 +69,13 @@ struct alignas(16) Vec16 {
 
 // ---- reductions --------------------------------------------------------------------------
 __device__ __forceinline__ float warp_sum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
 __device__ __forceinline__ float warp_max(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
 }
 
@@ -93,7 +107,8 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Blocks for a grid-stride loop over n elements: enough to fill the GPU, never more than needed.
 inline unsigned grid_for(int64_t n, int threads) {
   const int64_t blocks = ceil_div(n, threads);
-  const int64_t cap = 132 * 32;  // 32 blocks per SM on a 132-SM H100/H200; grid-stride covers the rest
+  const int64_t cap =
+      132 * 32;  // 32 blocks per SM on a 132-SM H100/H200; grid-stride covers the rest
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > cap ? cap : blocks));
 }
 

@@ -52,7 +52,8 @@ std::string unavailable_reason() {
 
 void set_device(Device device) {
   MICROLLM_CHECK(device.is_cuda(), "cuda", "expected a CUDA device, found ", device);
-  MICROLLM_CHECK(is_available(), "cuda", "device ", device, " is not available: ", unavailable_reason());
+  MICROLLM_CHECK(is_available(), "cuda", "device ", device,
+                 " is not available: ", unavailable_reason());
   MICROLLM_CHECK(device.index >= 0 && device.index < device_count() && device.index < kMaxDevices,
                  "cuda", "device ", device, " does not exist (", device_count(), " visible)");
   CUDA_CHECK(cudaSetDevice(device.index));
@@ -87,7 +88,9 @@ Event::~Event() {
   if (event_) cudaEventDestroy(event_);
 }
 void Event::record(const Stream& stream) { CUDA_CHECK(cudaEventRecord(event_, stream.handle())); }
-void Event::wait(const Stream& stream) const { CUDA_CHECK(cudaStreamWaitEvent(stream.handle(), event_, 0)); }
+void Event::wait(const Stream& stream) const {
+  CUDA_CHECK(cudaStreamWaitEvent(stream.handle(), event_, 0));
+}
 void Event::synchronize() const {
   count_synchronization();
   CUDA_CHECK(cudaEventSynchronize(event_));
@@ -122,17 +125,27 @@ TransferStats transfer_stats() {
 }
 
 void reset_transfer_stats() {
-  for (auto* c : {&g_counters.h2d_calls, &g_counters.h2d_bytes, &g_counters.d2h_calls,
-                  &g_counters.d2h_bytes, &g_counters.d2d_calls, &g_counters.d2d_bytes, &g_counters.syncs})
+  for (auto* c :
+       {&g_counters.h2d_calls, &g_counters.h2d_bytes, &g_counters.d2h_calls, &g_counters.d2h_bytes,
+        &g_counters.d2d_calls, &g_counters.d2d_bytes, &g_counters.syncs})
     c->store(0);
 }
 
 void count_transfer(cudaMemcpyKind kind, size_t bytes) {
   const auto n = static_cast<int64_t>(bytes);
   switch (kind) {
-    case cudaMemcpyHostToDevice: ++g_counters.h2d_calls; g_counters.h2d_bytes += n; break;
-    case cudaMemcpyDeviceToHost: ++g_counters.d2h_calls; g_counters.d2h_bytes += n; break;
-    default: ++g_counters.d2d_calls; g_counters.d2d_bytes += n; break;
+    case cudaMemcpyHostToDevice:
+      ++g_counters.h2d_calls;
+      g_counters.h2d_bytes += n;
+      break;
+    case cudaMemcpyDeviceToHost:
+      ++g_counters.d2h_calls;
+      g_counters.d2h_bytes += n;
+      break;
+    default:
+      ++g_counters.d2d_calls;
+      g_counters.d2d_bytes += n;
+      break;
   }
 }
 

@@ -25,31 +25,39 @@ class Fields {
   int64_t integer(const char* key) const {
     require(key);
     const json& v = j_.at(key);
-    MICROLLM_CHECK(v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()),
+    MICROLLM_CHECK(v.is_number_integer() ||
+                       (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()),
                    "config", where_, ": field '", key, "' must be an integer, found ", v.dump());
     return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
   }
-  int64_t integer_or(const char* key, int64_t fallback) const { return has(key) ? integer(key) : fallback; }
+  int64_t integer_or(const char* key, int64_t fallback) const {
+    return has(key) ? integer(key) : fallback;
+  }
 
   double number(const char* key) const {
     require(key);
     const json& v = j_.at(key);
-    MICROLLM_CHECK(v.is_number(), "config", where_, ": field '", key, "' must be a number, found ", v.dump());
+    MICROLLM_CHECK(v.is_number(), "config", where_, ": field '", key, "' must be a number, found ",
+                   v.dump());
     return v.get<double>();
   }
-  double number_or(const char* key, double fallback) const { return has(key) ? number(key) : fallback; }
+  double number_or(const char* key, double fallback) const {
+    return has(key) ? number(key) : fallback;
+  }
 
   bool boolean_or(const char* key, bool fallback) const {
     if (!has(key)) return fallback;
     const json& v = j_.at(key);
-    MICROLLM_CHECK(v.is_boolean(), "config", where_, ": field '", key, "' must be true or false, found ", v.dump());
+    MICROLLM_CHECK(v.is_boolean(), "config", where_, ": field '", key,
+                   "' must be true or false, found ", v.dump());
     return v.get<bool>();
   }
 
   std::string string_or(const char* key, const std::string& fallback) const {
     if (!has(key)) return fallback;
     const json& v = j_.at(key);
-    MICROLLM_CHECK(v.is_string(), "config", where_, ": field '", key, "' must be a string, found ", v.dump());
+    MICROLLM_CHECK(v.is_string(), "config", where_, ": field '", key, "' must be a string, found ",
+                   v.dump());
     return v.get<std::string>();
   }
 
@@ -96,7 +104,8 @@ RopeScaling parse_rope_scaling(const json& scaling, const std::string& where) {
     MICROLLM_FAIL("config", where, ": rope scaling type '", type,
                   "' is not supported (supported: default, linear, llama3)");
   }
-  MICROLLM_CHECK(r.factor > 0, "config", where, ": rope scaling factor must be positive, found ", r.factor);
+  MICROLLM_CHECK(r.factor > 0, "config", where, ": rope scaling factor must be positive, found ",
+                 r.factor);
   return r;
 }
 
@@ -107,9 +116,12 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& where) {
   const Fields f(j, where);
   ModelConfig c;
   const std::string type = f.string_or("model_type", "");
-  if (type == "qwen2") c.family = Family::Qwen2;
-  else if (type == "llama") c.family = Family::Llama;
-  else if (type == "qwen3") c.family = Family::Qwen3;
+  if (type == "qwen2")
+    c.family = Family::Qwen2;
+  else if (type == "llama")
+    c.family = Family::Llama;
+  else if (type == "qwen3")
+    c.family = Family::Qwen3;
   else
     MICROLLM_FAIL("config", where, ": model_type '", type,
                   "' is not supported (supported: qwen2, llama, qwen3)");
@@ -129,7 +141,8 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& where) {
     const json& eos = f.at("eos_token_id");
     if (eos.is_array()) {
       for (const json& e : eos) {
-        MICROLLM_CHECK(e.is_number_integer(), "config", where, ": eos_token_id entries must be integers");
+        MICROLLM_CHECK(e.is_number_integer(), "config", where,
+                       ": eos_token_id entries must be integers");
         c.eos_token_ids.push_back(e.get<int64_t>());
       }
     } else {
@@ -194,18 +207,24 @@ void ModelConfig::validate(const std::string& where) const {
   positive(num_heads, "num_attention_heads");
   positive(num_kv_heads, "num_key_value_heads");
   positive(head_dim, "head_dim");
-  MICROLLM_CHECK(num_heads % num_kv_heads == 0, "config", where, ": num_attention_heads ", num_heads,
-                 " is not a multiple of num_key_value_heads ", num_kv_heads);
-  MICROLLM_CHECK(head_dim % 2 == 0, "config", where, ": head_dim must be even for RoPE, found ", head_dim);
-  MICROLLM_CHECK(rope_theta > 0, "config", where, ": rope_theta must be positive, found ", rope_theta);
-  MICROLLM_CHECK(rms_norm_eps > 0, "config", where, ": rms_norm_eps must be positive, found ", rms_norm_eps);
+  MICROLLM_CHECK(num_heads % num_kv_heads == 0, "config", where, ": num_attention_heads ",
+                 num_heads, " is not a multiple of num_key_value_heads ", num_kv_heads);
+  MICROLLM_CHECK(head_dim % 2 == 0, "config", where, ": head_dim must be even for RoPE, found ",
+                 head_dim);
+  MICROLLM_CHECK(rope_theta > 0, "config", where, ": rope_theta must be positive, found ",
+                 rope_theta);
+  MICROLLM_CHECK(rms_norm_eps > 0, "config", where, ": rms_norm_eps must be positive, found ",
+                 rms_norm_eps);
 }
 
 const char* ModelConfig::model_type() const {
   switch (family) {
-    case Family::Qwen2: return "qwen2";
-    case Family::Llama: return "llama";
-    case Family::Qwen3: return "qwen3";
+    case Family::Qwen2:
+      return "qwen2";
+    case Family::Llama:
+      return "llama";
+    case Family::Qwen3:
+      return "qwen3";
   }
   return "unknown";
 }
@@ -231,19 +250,24 @@ json ModelConfig::to_json() const {
   j["hidden_act"] = "silu";
   if (family != Family::Qwen2) j["attention_bias"] = false;
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
-  if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
-  else if (!eos_token_ids.empty()) j["eos_token_id"] = eos_token_ids;
+  if (eos_token_ids.size() == 1)
+    j["eos_token_id"] = eos_token_ids[0];
+  else if (!eos_token_ids.empty())
+    j["eos_token_id"] = eos_token_ids;
   switch (rope_scaling.type) {
-    case RopeScaling::Type::None: j["rope_scaling"] = nullptr; break;
+    case RopeScaling::Type::None:
+      j["rope_scaling"] = nullptr;
+      break;
     case RopeScaling::Type::Linear:
       j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", rope_scaling.factor}};
       break;
     case RopeScaling::Type::Llama3:
-      j["rope_scaling"] = {{"rope_type", "llama3"},
-                           {"factor", rope_scaling.factor},
-                           {"low_freq_factor", rope_scaling.low_freq_factor},
-                           {"high_freq_factor", rope_scaling.high_freq_factor},
-                           {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
+      j["rope_scaling"] = {
+          {"rope_type", "llama3"},
+          {"factor", rope_scaling.factor},
+          {"low_freq_factor", rope_scaling.low_freq_factor},
+          {"high_freq_factor", rope_scaling.high_freq_factor},
+          {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
       break;
   }
   j["torch_dtype"] = "float32";
@@ -293,10 +317,12 @@ double forward_flops_per_token(const ModelConfig& c, int64_t context) {
   // head (tied or not).
   double matrix_weights = 0;
   for (const ParameterSpec& s : parameter_specs(c))
-    if (s.shape.size() == 2 && s.name != "model.embed_tokens.weight") matrix_weights += static_cast<double>(shape_numel(s.shape));
+    if (s.shape.size() == 2 && s.name != "model.embed_tokens.weight")
+      matrix_weights += static_cast<double>(shape_numel(s.shape));
   if (c.tie_word_embeddings) matrix_weights += static_cast<double>(c.vocab_size * c.hidden_size);
   // Attention: Q·Kᵀ and P·V over `context` keys, each 2·H·D FLOPs per key per layer.
-  const double attention = 2.0 * 2.0 * static_cast<double>(c.num_layers * c.num_heads * c.head_dim) *
+  const double attention = 2.0 * 2.0 *
+                           static_cast<double>(c.num_layers * c.num_heads * c.head_dim) *
                            static_cast<double>(context);
   return 2.0 * matrix_weights + attention;
 }

@@ -26,9 +26,12 @@ Transformer::Transformer(ModelConfig config, Device device, DType dtype, uint64_
   for (const ParameterSpec& spec : parameter_specs(config_)) {
     Tensor t;
     const bool is_vector = spec.shape.size() == 1;
-    if (is_vector && spec.name.ends_with(".bias")) t = Tensor::zeros(spec.shape, dtype, device);
-    else if (is_vector) t = Tensor::ones(spec.shape, dtype, device);
-    else t = randn(spec.shape, gen, dtype, device, 0.0, initializer_range);
+    if (is_vector && spec.name.ends_with(".bias"))
+      t = Tensor::zeros(spec.shape, dtype, device);
+    else if (is_vector)
+      t = Tensor::ones(spec.shape, dtype, device);
+    else
+      t = randn(spec.shape, gen, dtype, device, 0.0, initializer_range);
     parameters_.emplace(spec.name, t);
   }
   inv_freq_ = rope_frequencies(config_).to(device);
@@ -67,18 +70,21 @@ Tensor Transformer::lm_head_weight() const {
   return param(config_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
 }
 
-Tensor Transformer::forward(const Tensor& ids, const Tensor& positions_in, const Observer& observe) const {
-  MICROLLM_CHECK(ids.defined() && ids.dim() == 2, "Transformer::forward", "ids must be (B, T), found ",
-                 ids.describe());
+Tensor Transformer::forward(const Tensor& ids, const Tensor& positions_in,
+                            const Observer& observe) const {
+  MICROLLM_CHECK(ids.defined() && ids.dim() == 2, "Transformer::forward",
+                 "ids must be (B, T), found ", ids.describe());
   MICROLLM_CHECK(ids.device() == device_, "Transformer::forward", "ids ", ids.describe(),
                  " are not on the model's device ", device_);
   const ModelConfig& c = config_;
-  const int64_t B = ids.size(0), T = ids.size(1), H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
+  const int64_t B = ids.size(0), T = ids.size(1), H = c.num_heads, Hkv = c.num_kv_heads,
+                D = c.head_dim;
   const double eps = c.rms_norm_eps;
   auto emit = [&](const std::string& name, const Tensor& value) {
     if (observe) observe(name, value);
   };
-  const Tensor positions = positions_in.defined() ? positions_in : Tensor::arange(T, DType::I64, device_);
+  const Tensor positions =
+      positions_in.defined() ? positions_in : Tensor::arange(T, DType::I64, device_);
   ops::AttentionOptions attention_options;
   attention_options.causal = true;
   attention_options.q_positions = positions.dim() == 1 ? positions : Tensor();
@@ -95,35 +101,41 @@ Tensor Transformer::forward(const Tensor& ids, const Tensor& positions_in, const
     };
     emit(n + "input", x);
     emit(n + "attn.norm", h);
-    Tensor q = ops::linear(h, param(p + "self_attn.q_proj.weight"), bias("q_proj")).reshape({B, T, H, D});
-    Tensor k = ops::linear(h, param(p + "self_attn.k_proj.weight"), bias("k_proj")).reshape({B, T, Hkv, D});
-    Tensor v = ops::linear(h, param(p + "self_attn.v_proj.weight"), bias("v_proj")).reshape({B, T, Hkv, D});
+    Tensor q =
+        ops::linear(h, param(p + "self_attn.q_proj.weight"), bias("q_proj")).reshape({B, T, H, D});
+    Tensor k = ops::linear(h, param(p + "self_attn.k_proj.weight"), bias("k_proj"))
+                   .reshape({B, T, Hkv, D});
+    Tensor v = ops::linear(h, param(p + "self_attn.v_proj.weight"), bias("v_proj"))
+                   .reshape({B, T, Hkv, D});
     if (c.qk_norm) {
       q = ops::rms_norm(q, param(p + "self_attn.q_norm.weight"), eps);
       k = ops::rms_norm(k, param(p + "self_attn.k_norm.weight"), eps);
     }
     q = ops::rope(q.transpose(1, 2), positions, inv_freq_);  // (B, H, T, D)
     k = ops::rope(k.transpose(1, 2), positions, inv_freq_);  // (B, Hkv, T, D)
-    v = v.transpose(1, 2);                                    // (B, Hkv, T, D)
+    v = v.transpose(1, 2);                                   // (B, Hkv, T, D)
     emit(n + "attn.q", q);
     emit(n + "attn.k", k);
     emit(n + "attn.v", v);
-    const Tensor a = ops::attention(q, k, v, attention_options).transpose(1, 2).reshape({B, T, H * D});
+    const Tensor a =
+        ops::attention(q, k, v, attention_options).transpose(1, 2).reshape({B, T, H * D});
     const Tensor attn_out = ops::linear(a, param(p + "self_attn.o_proj.weight"));  // (B, T, C)
     emit(n + "attn.out", attn_out);
-    ops::AddRmsNormResult r = ops::add_rms_norm(x, attn_out, param(p + "post_attention_layernorm.weight"), eps);
+    ops::AddRmsNormResult r =
+        ops::add_rms_norm(x, attn_out, param(p + "post_attention_layernorm.weight"), eps);
     emit(n + "attn.residual", r.sum);
     emit(n + "mlp.norm", r.normed);
-    const Tensor act = ops::swiglu(ops::linear(r.normed, param(p + "mlp.gate_proj.weight")),
-                                   ops::linear(r.normed, param(p + "mlp.up_proj.weight")));  // (B, T, F)
+    const Tensor act =
+        ops::swiglu(ops::linear(r.normed, param(p + "mlp.gate_proj.weight")),
+                    ops::linear(r.normed, param(p + "mlp.up_proj.weight")));  // (B, T, F)
     emit(n + "mlp.act", act);
     const Tensor mlp_out = ops::linear(act, param(p + "mlp.down_proj.weight"));  // (B, T, C)
     emit(n + "mlp.out", mlp_out);
     // The next norm is fused with this residual add: the next layer's input_layernorm,
     // or the final norm after the last layer.
-    const std::string next_norm = i + 1 < c.num_layers
-                                      ? "model.layers." + std::to_string(i + 1) + ".input_layernorm.weight"
-                                      : "model.norm.weight";
+    const std::string next_norm =
+        i + 1 < c.num_layers ? "model.layers." + std::to_string(i + 1) + ".input_layernorm.weight"
+                             : "model.norm.weight";
     ops::AddRmsNormResult next = ops::add_rms_norm(r.sum, mlp_out, param(next_norm), eps);
     x = next.sum;
     h = next.normed;
@@ -143,7 +155,7 @@ Tensor Transformer::next_token_loss(const Tensor& logits, const Tensor& ids) {
   const int64_t B = ids.size(0), T = ids.size(1), V = logits.size(2);
   MICROLLM_CHECK(T >= 2, "next_token_loss", "need at least two tokens per row, found T=", T);
   const Tensor predicted = logits.narrow(1, 0, T - 1).reshape({B * (T - 1), V});  // (B·(T−1), V)
-  const Tensor labels = ids.narrow(1, 1, T - 1).reshape({B * (T - 1)});          // (B·(T−1))
+  const Tensor labels = ids.narrow(1, 1, T - 1).reshape({B * (T - 1)});           // (B·(T−1))
   // BF16/F16 logits give an F32 loss (computed in F32 either way); F32 and F64 keep theirs.
   const DType loss_dtype = logits.dtype() == DType::F64 ? DType::F64 : DType::F32;
   return ops::cross_entropy(predicted, labels, -100, loss_dtype);

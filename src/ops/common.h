@@ -28,8 +28,8 @@ inline void check_defined(const char* op, const Tensor& t, const char* name) {
 
 inline void check_floating(const char* op, const Tensor& t, const char* name) {
   check_defined(op, t, name);
-  MICROLLM_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64 ||
-                     t.dtype() == DType::BF16 || t.dtype() == DType::F16,
+  MICROLLM_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64 || t.dtype() == DType::BF16 ||
+                     t.dtype() == DType::F16,
                  op, "argument '", name, "' must be f32, f64, bf16 or f16, found ", t.describe());
 }
 
@@ -39,8 +39,8 @@ inline void check_index(const char* op, const Tensor& t, const char* name) {
                  "' must be i32 or i64, found ", t.describe());
 }
 
-inline void check_same_device(const char* op, const Tensor& a, const char* a_name,
-                              const Tensor& b, const char* b_name) {
+inline void check_same_device(const char* op, const Tensor& a, const char* a_name, const Tensor& b,
+                              const char* b_name) {
   MICROLLM_CHECK(a.device() == b.device(), op, "'", a_name, "' ", a.describe(), " and '", b_name,
                  "' ", b.describe(), " are on different devices");
 }
@@ -73,7 +73,9 @@ inline Tensor compute_operand(const Tensor& t) {
 inline DType stat_dtype(DType dtype) { return dtype == DType::F64 ? DType::F64 : DType::F32; }
 
 // The dtype a CPU kernel computes in for an input of `dtype`.
-inline DType cpu_compute_dtype(DType dtype) { return dtype == DType::F64 ? DType::F64 : DType::F32; }
+inline DType cpu_compute_dtype(DType dtype) {
+  return dtype == DType::F64 ? DType::F64 : DType::F32;
+}
 
 // Calls fn(T{}) with T = double for F64 and float for every other floating dtype.
 template <class Fn>

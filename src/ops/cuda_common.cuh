@@ -31,15 +31,23 @@ using microllm::cuda::warp_sum;
 template <class Fn>
 void dispatch_cuda_float(DType dtype, const char* op, Fn&& fn) {
   switch (dtype) {
-    case DType::F32: fn(float{}); return;
-    case DType::BF16: fn(__nv_bfloat16{}); return;
-    case DType::F16: fn(__half{}); return;
+    case DType::F32:
+      fn(float{});
+      return;
+    case DType::BF16:
+      fn(__nv_bfloat16{});
+      return;
+    case DType::F16:
+      fn(__half{});
+      return;
     default:
       MICROLLM_FAIL(op, "CUDA kernels take f32, bf16 or f16, found ", dtype);
   }
 }
 
-inline cudaStream_t stream_of(const Tensor& t) { return microllm::cuda::current_stream_handle(t.device()); }
+inline cudaStream_t stream_of(const Tensor& t) {
+  return microllm::cuda::current_stream_handle(t.device());
+}
 
 // True when every pointer is 16-byte aligned, so kernels may use 16-byte vector accesses.
 inline bool aligned16(std::initializer_list<const void*> pointers) {
@@ -49,6 +57,8 @@ inline bool aligned16(std::initializer_list<const void*> pointers) {
 }
 
 template <class T>
-T* ptr(const Tensor& t) { return static_cast<T*>(t.raw_data()); }
+T* ptr(const Tensor& t) {
+  return static_cast<T*>(t.raw_data());
+}
 
 }  // namespace microllm::ops::cuda_detail

@@ -81,7 +81,8 @@ __device__ __forceinline__ void transform_row(const T* a, T* out, int64_t n, boo
       const Vec16<T> va = reinterpret_cast<const Vec16<T>*>(a)[j];
       Vec16<T> vo;
 #pragma unroll
-      for (int e = 0; e < kVec<T>; ++e) vo.v[e] = from_float<T>(f(j * kVec<T> + e, to_float(va.v[e])));
+      for (int e = 0; e < kVec<T>; ++e)
+        vo.v[e] = from_float<T>(f(j * kVec<T> + e, to_float(va.v[e])));
       reinterpret_cast<Vec16<T>*>(out)[j] = vo;
     }
   } else {

@@ -18,12 +18,14 @@ std::vector<OptimizerParam> optimizer_params(const std::map<std::string, Tensor>
   return out;
 }
 
-Optimizer::Optimizer(const std::map<std::string, Tensor>& params) : Optimizer(optimizer_params(params)) {}
+Optimizer::Optimizer(const std::map<std::string, Tensor>& params)
+    : Optimizer(optimizer_params(params)) {}
 
 Optimizer::Optimizer(const std::vector<OptimizerParam>& params) {
   for (const OptimizerParam& op : params) {
     const Tensor& p = op.param;
-    MICROLLM_CHECK(is_floating(p.dtype()), "optimizer", "parameter ", op.name, " is not floating: ", p.describe());
+    MICROLLM_CHECK(is_floating(p.dtype()), "optimizer", "parameter ", op.name,
+                   " is not floating: ", p.describe());
     Tensor master = p.dtype() == DType::F32 ? p.detach() : p.detach().to(DType::F32).clone();
     slots_.push_back({op.name, p, master, op.decay});
   }
@@ -46,9 +48,10 @@ NamedTensors Optimizer::state() const {
 void Optimizer::load_state(const std::map<std::string, Tensor>& tensors, int64_t steps) {
   for (Slot& s : slots_) {
     auto it = tensors.find("master." + s.name);
-    MICROLLM_CHECK(it != tensors.end(), "optimizer", "checkpoint has no master weights for ", s.name);
-    MICROLLM_CHECK(it->second.shape() == s.master.shape(), "optimizer", "master weights of ", s.name, " are ",
-                   it->second.describe(), ", expected ", s.master.describe());
+    MICROLLM_CHECK(it != tensors.end(), "optimizer", "checkpoint has no master weights for ",
+                   s.name);
+    MICROLLM_CHECK(it->second.shape() == s.master.shape(), "optimizer", "master weights of ",
+                   s.name, " are ", it->second.describe(), ", expected ", s.master.describe());
     s.master.copy_from(it->second);
     publish(s);
   }
@@ -63,8 +66,8 @@ void load_named(const std::map<std::string, Tensor>& tensors, const std::string&
   for (size_t i = 0; i < slots.size(); ++i) {
     auto it = tensors.find(prefix + slots[i].name);
     MICROLLM_CHECK(it != tensors.end(), "optimizer", "checkpoint has no ", prefix, slots[i].name);
-    MICROLLM_CHECK(it->second.shape() == targets[i].shape(), "optimizer", prefix, slots[i].name, " is ",
-                   it->second.describe(), ", expected ", targets[i].describe());
+    MICROLLM_CHECK(it->second.shape() == targets[i].shape(), "optimizer", prefix, slots[i].name,
+                   " is ", it->second.describe(), ", expected ", targets[i].describe());
     targets[i].copy_from(it->second);
   }
 }
@@ -100,11 +103,14 @@ void AdamW::step(double lr) {
     const Tensor g = grad.to(DType::F32);
     // m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²
     exp_avg_[i].copy_from(ops::add(ops::scale(exp_avg_[i], b1), ops::scale(g, 1.0 - b1)));
-    exp_avg_sq_[i].copy_from(ops::add(ops::scale(exp_avg_sq_[i], b2), ops::scale(ops::mul(g, g), 1.0 - b2)));
+    exp_avg_sq_[i].copy_from(
+        ops::add(ops::scale(exp_avg_sq_[i], b2), ops::scale(ops::mul(g, g), 1.0 - b2)));
     // Decoupled decay, then θ ← θ − lr·m̂ / (sqrt(v̂) + ε).
-    Tensor w = s.decay && options_.weight_decay != 0.0 ? ops::scale(s.master, 1.0 - lr * options_.weight_decay)
-                                                       : s.master;
-    const Tensor denom = ops::add_scalar(ops::sqrt(ops::scale(exp_avg_sq_[i], 1.0 / bias2)), options_.eps);
+    Tensor w = s.decay && options_.weight_decay != 0.0
+                   ? ops::scale(s.master, 1.0 - lr * options_.weight_decay)
+                   : s.master;
+    const Tensor denom =
+        ops::add_scalar(ops::sqrt(ops::scale(exp_avg_sq_[i], 1.0 / bias2)), options_.eps);
     const Tensor update = ops::div(ops::scale(exp_avg_[i], lr / bias1), denom);
     s.master.copy_from(ops::sub(w, update));
     publish(s);
@@ -126,16 +132,19 @@ void AdamW::load_state(const std::map<std::string, Tensor>& tensors, int64_t ste
   load_named(tensors, "exp_avg_sq.", slots_, exp_avg_sq_);
 }
 
-Sgd::Sgd(const std::map<std::string, Tensor>& params, SgdOptions options) : Optimizer(params), options_(options) {
+Sgd::Sgd(const std::map<std::string, Tensor>& params, SgdOptions options)
+    : Optimizer(params), options_(options) {
   init_state();
 }
 
-Sgd::Sgd(const std::vector<OptimizerParam>& params, SgdOptions options) : Optimizer(params), options_(options) {
+Sgd::Sgd(const std::vector<OptimizerParam>& params, SgdOptions options)
+    : Optimizer(params), options_(options) {
   init_state();
 }
 
 void Sgd::init_state() {
-  for (const Slot& s : slots_) velocity_.push_back(Tensor::zeros(s.master.shape(), DType::F32, s.master.device()));
+  for (const Slot& s : slots_)
+    velocity_.push_back(Tensor::zeros(s.master.shape(), DType::F32, s.master.device()));
 }
 
 void Sgd::step(double lr) {
@@ -147,8 +156,10 @@ void Sgd::step(double lr) {
     if (!grad.defined()) continue;
     Tensor g = grad.to(DType::F32);
     // As torch.optim.SGD: g ← g + wd·θ;  b ← μ·b + g (b = g on the first step);  θ ← θ − lr·b
-    if (s.decay && options_.weight_decay != 0.0) g = ops::add(g, ops::scale(s.master, options_.weight_decay));
-    velocity_[i].copy_from(steps_ == 1 ? g : ops::add(ops::scale(velocity_[i], options_.momentum), g));
+    if (s.decay && options_.weight_decay != 0.0)
+      g = ops::add(g, ops::scale(s.master, options_.weight_decay));
+    velocity_[i].copy_from(steps_ == 1 ? g
+                                       : ops::add(ops::scale(velocity_[i], options_.momentum), g));
     s.master.copy_from(ops::sub(s.master, ops::scale(velocity_[i], lr)));
     publish(s);
   }
@@ -156,7 +167,8 @@ void Sgd::step(double lr) {
 
 NamedTensors Sgd::state() const {
   NamedTensors out = Optimizer::state();
-  for (size_t i = 0; i < slots_.size(); ++i) out.emplace_back("momentum." + slots_[i].name, velocity_[i]);
+  for (size_t i = 0; i < slots_.size(); ++i)
+    out.emplace_back("momentum." + slots_[i].name, velocity_[i]);
   return out;
 }
 
@@ -165,7 +177,8 @@ void Sgd::load_state(const std::map<std::string, Tensor>& tensors, int64_t steps
   load_named(tensors, "momentum.", slots_, velocity_);
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const std::string& kind, const std::vector<OptimizerParam>& params,
+std::unique_ptr<Optimizer> make_optimizer(const std::string& kind,
+                                          const std::vector<OptimizerParam>& params,
                                           const AdamWOptions& adamw, const SgdOptions& sgd) {
   if (kind == "adamw") return std::make_unique<AdamW>(params, adamw);
   if (kind == "sgd") return std::make_unique<Sgd>(params, sgd);
@@ -195,9 +208,11 @@ double clip_grad_norm(const std::map<std::string, Tensor>& params, double max_no
 }
 
 double warmup_cosine_lr(int64_t step, int64_t warmup, int64_t total, double peak, double floor) {
-  if (warmup > 0 && step <= warmup) return peak * static_cast<double>(step) / static_cast<double>(warmup);
+  if (warmup > 0 && step <= warmup)
+    return peak * static_cast<double>(step) / static_cast<double>(warmup);
   if (total <= warmup) return peak;
-  const double progress = std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(total - warmup));
+  const double progress =
+      std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(total - warmup));
   return floor + 0.5 * (peak - floor) * (1.0 + std::cos(std::numbers::pi * progress));
 }
 

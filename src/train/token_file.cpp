@@ -36,7 +36,8 @@ void write_atomically(const std::string& path, const void* bytes, size_t size) {
 TokenFile load_token_file(const std::string& path, int64_t model_vocab_size) {
   const std::string manifest_path = path + ".json";
   std::ifstream manifest_in(manifest_path);
-  MICROLLM_CHECK(manifest_in.good(), "token file", "missing manifest ", manifest_path, " beside ", path);
+  MICROLLM_CHECK(manifest_in.good(), "token file", "missing manifest ", manifest_path, " beside ",
+                 path);
   nlohmann::json m;
   try {
     m = nlohmann::json::parse(manifest_in);
@@ -44,7 +45,8 @@ TokenFile load_token_file(const std::string& path, int64_t model_vocab_size) {
     MICROLLM_FAIL("token file", manifest_path, ": invalid JSON: ", e.what());
   }
   auto field = [&](const char* key) -> const nlohmann::json& {
-    MICROLLM_CHECK(m.is_object() && m.contains(key), "token file", manifest_path, ": missing field '", key, "'");
+    MICROLLM_CHECK(m.is_object() && m.contains(key), "token file", manifest_path,
+                   ": missing field '", key, "'");
     return m.at(key);
   };
   MICROLLM_CHECK(field("format") == kFormat, "token file", manifest_path, ": format is ",
@@ -53,7 +55,8 @@ TokenFile load_token_file(const std::string& path, int64_t model_vocab_size) {
                  field("dtype").dump(), ", expected \"uint32\"");
   MICROLLM_CHECK(field("count").is_number_unsigned() && field("vocab_size").is_number_integer() &&
                      field("sha256").is_string(),
-                 "token file", manifest_path, ": count, vocab_size and sha256 must be a count, an integer and a string");
+                 "token file", manifest_path,
+                 ": count, vocab_size and sha256 must be a count, an integer and a string");
   const int64_t count = field("count").get<int64_t>();
   const int64_t vocab = field("vocab_size").get<int64_t>();
 
@@ -74,22 +77,27 @@ TokenFile load_token_file(const std::string& path, int64_t model_vocab_size) {
   Tensor tokens = Tensor::empty({count}, DType::I32);  // (N)
   int32_t* p = tokens.data<int32_t>();
   for (int64_t i = 0; i < count; ++i) {
-    MICROLLM_CHECK(ids[i] < static_cast<uint64_t>(limit), "token file", path, ": token ", ids[i],
-                   " at position ", i, " is outside the ", model_vocab_size > 0 ? "model's" : "manifest's",
+    MICROLLM_CHECK(ids[i]<static_cast<uint64_t>(limit), "token file", path, ": token ", ids[i],
+                          " at position ", i, " is outside the ", model_vocab_size> 0
+                       ? "model's"
+                       : "manifest's",
                    " vocabulary of ", limit);
     p[i] = static_cast<int32_t>(ids[i]);
   }
   return {path, tokens, vocab, digest};
 }
 
-void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens, int64_t vocab_size) {
+void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens,
+                      int64_t vocab_size) {
   for (size_t i = 0; i < tokens.size(); ++i)
     MICROLLM_CHECK(tokens[i] < static_cast<uint64_t>(vocab_size), "token file", "token ", tokens[i],
                    " at position ", i, " is outside the vocabulary of ", vocab_size);
   const std::string digest = io::sha256_hex(tokens.data(), tokens.size() * 4);
   write_atomically(path, tokens.data(), tokens.size() * 4);
-  const nlohmann::ordered_json manifest = {{"format", kFormat}, {"dtype", "uint32"},
-                                           {"count", tokens.size()}, {"sha256", digest},
+  const nlohmann::ordered_json manifest = {{"format", kFormat},
+                                           {"dtype", "uint32"},
+                                           {"count", tokens.size()},
+                                           {"sha256", digest},
                                            {"vocab_size", vocab_size}};
   const std::string text = manifest.dump(2) + "\n";
   write_atomically(path + ".json", text.data(), text.size());

@@ -17,8 +17,8 @@ namespace fs = std::filesystem;
 Tensor sample_windows(const Tensor& tokens, int64_t seq, uint64_t seed, int64_t first_window,
                       int64_t count, Device device) {
   const int64_t n = tokens.numel();
-  MICROLLM_CHECK(n >= seq + 1, "sample_windows", "the token file has ", n, " tokens; windows of ", seq + 1,
-                 " need at least that many");
+  MICROLLM_CHECK(n >= seq + 1, "sample_windows", "the token file has ", n, " tokens; windows of ",
+                 seq + 1, " need at least that many");
   const int32_t* p = tokens.data<int32_t>();
   std::vector<int64_t> out(static_cast<size_t>(count * (seq + 1)));
   Generator gen(seed);
@@ -35,19 +35,22 @@ int64_t first_window(int64_t steps_done, int64_t micro, int64_t grad_accum, int6
   return ((steps_done * grad_accum + micro) * world_size + rank) * batch;
 }
 
-Trainer::Trainer(const model::ModelConfig& config, TrainOptions options, std::shared_ptr<Communicator> comm)
+Trainer::Trainer(const model::ModelConfig& config, TrainOptions options,
+                 std::shared_ptr<Communicator> comm)
     : options_(std::move(options)), comm_(std::move(comm)), timer_(options_.device) {
   const TrainOptions& o = options_;
   MICROLLM_CHECK(o.steps > 0 && o.batch > 0 && o.seq > 1 && o.grad_accum > 0, "train",
                  "steps, batch and grad_accum must be positive and seq > 1 (found steps ", o.steps,
                  ", batch ", o.batch, ", seq ", o.seq, ", grad_accum ", o.grad_accum, ")");
-  MICROLLM_CHECK(o.dtype == DType::F32 || o.dtype == DType::BF16, "train", "dtype must be f32 or bf16, found ", o.dtype);
+  MICROLLM_CHECK(o.dtype == DType::F32 || o.dtype == DType::BF16, "train",
+                 "dtype must be f32 or bf16, found ", o.dtype);
   MICROLLM_CHECK(o.lr > 0, "train", "learning rate must be positive, found ", o.lr);
-  MICROLLM_CHECK(o.optimizer == "adamw" || o.optimizer == "sgd", "train", "unknown optimizer '", o.optimizer,
-                 "' (expected adamw or sgd)");
+  MICROLLM_CHECK(o.optimizer == "adamw" || o.optimizer == "sgd", "train", "unknown optimizer '",
+                 o.optimizer, "' (expected adamw or sgd)");
   MICROLLM_CHECK(!comm_ || comm_->device() == o.device, "train", "the communicator works on ",
                  comm_ ? comm_->device().str() : std::string(), ", the model on ", o.device);
-  MICROLLM_CHECK(comm_ || !o.data_parallel.zero1, "train", "ZeRO-1 needs data parallelism (a communicator)");
+  MICROLLM_CHECK(comm_ || !o.data_parallel.zero1, "train",
+                 "ZeRO-1 needs data parallelism (a communicator)");
   model_ = std::make_unique<model::Transformer>(config, o.device, o.dtype, o.seed);
   model_->set_requires_grad(true);
   if (comm_) {
@@ -63,7 +66,8 @@ Trainer::Trainer(const model::ModelConfig& config, TrainOptions options, std::sh
     zero_ = zero.get();
     optimizer_ = std::move(zero);
   } else {
-    optimizer_ = make_optimizer(o.optimizer, optimizer_params(model_->parameters()), o.adamw, o.sgd);
+    optimizer_ =
+        make_optimizer(o.optimizer, optimizer_params(model_->parameters()), o.adamw, o.sgd);
   }
   // Masters were copied before the broadcast; start them from rank 0's values.
   if (dp_) reset_masters_from_parameters();
@@ -77,7 +81,8 @@ void Trainer::reset_masters_from_parameters() {
     return;
   }
   std::map<std::string, Tensor> state;
-  for (const auto& [name, p] : model_->parameters()) state["master." + name] = p.detach().to(DType::F32);
+  for (const auto& [name, p] : model_->parameters())
+    state["master." + name] = p.detach().to(DType::F32);
   for (const auto& [name, t] : optimizer_->state())
     if (!state.count(name)) state[name] = t;
   optimizer_->load_state(state, optimizer_->steps_taken());
@@ -114,13 +119,15 @@ StepStats Trainer::train_step(const TokenFile& data) {
     // Gradients are averaged over the ranks on the last micro-batch only.
     if (dp_) dp_->prepare_backward(micro + 1 == o.grad_accum);
     const int64_t first = first_window(step_, micro, o.grad_accum, o.batch, rank(), world_size());
-    const Tensor windows = sample_windows(data.tokens, o.seq, o.seed, first, o.batch, o.device);  // (B, T+1)
-    const Tensor inputs = windows.narrow(1, 0, o.seq).contiguous();   // (B, T)
-    const Tensor targets = windows.narrow(1, 1, o.seq).contiguous();  // (B, T)
-    const Tensor logits = model_->forward(inputs);                    // (B, T, V)
+    const Tensor windows =
+        sample_windows(data.tokens, o.seq, o.seed, first, o.batch, o.device);  // (B, T+1)
+    const Tensor inputs = windows.narrow(1, 0, o.seq).contiguous();            // (B, T)
+    const Tensor targets = windows.narrow(1, 1, o.seq).contiguous();           // (B, T)
+    const Tensor logits = model_->forward(inputs);                             // (B, T, V)
     // The loss is F32 whatever the compute dtype (the kernel accumulates in F32 anyway).
-    const Tensor loss = ops::cross_entropy(logits.reshape({o.batch * o.seq, -1}), targets.reshape({-1}), -100,
-                                           DType::F32);  // ()
+    const Tensor loss =
+        ops::cross_entropy(logits.reshape({o.batch * o.seq, -1}), targets.reshape({-1}), -100,
+                           DType::F32);  // ()
     timer_.mark(Stage::Forward);
     // Each micro-batch contributes 1/k of the mean, so k micro-batches equal one k× batch.
     ops::scale(loss, 1.0 / static_cast<double>(o.grad_accum)).backward();
@@ -164,11 +171,13 @@ double Trainer::evaluate(const TokenFile& data, int64_t batches) {
   double total = 0;
   for (int64_t b = 0; b < batches; ++b) {
     // Evaluation windows come from their own stream, the same on every call.
-    const Tensor windows = sample_windows(data.tokens, o.seq, o.seed ^ 0x5eed5eedull, b * o.batch, o.batch, o.device);
+    const Tensor windows =
+        sample_windows(data.tokens, o.seq, o.seed ^ 0x5eed5eedull, b * o.batch, o.batch, o.device);
     const Tensor logits = model_->forward(windows.narrow(1, 0, o.seq).contiguous());
-    total += ops::cross_entropy(logits.reshape({o.batch * o.seq, -1}),
-                                windows.narrow(1, 1, o.seq).contiguous().reshape({-1}), -100, DType::F32)
-                 .item();
+    total +=
+        ops::cross_entropy(logits.reshape({o.batch * o.seq, -1}),
+                           windows.narrow(1, 1, o.seq).contiguous().reshape({-1}), -100, DType::F32)
+            .item();
   }
   return total / static_cast<double>(batches);
 }
@@ -182,12 +191,23 @@ void write_text(const fs::path& path, const std::string& text) {
 }
 
 nlohmann::json options_json(const TrainOptions& o) {
-  return {{"steps", o.steps}, {"batch", o.batch}, {"seq", o.seq}, {"grad_accum", o.grad_accum},
-          {"lr", o.lr}, {"min_lr_ratio", o.min_lr_ratio}, {"warmup", o.warmup},
-          {"optimizer", o.optimizer}, {"grad_clip", o.grad_clip}, {"seed", o.seed},
-          {"device", o.device.str()}, {"dtype", dtype_name(o.dtype)},
-          {"adamw", {{"beta1", o.adamw.beta1}, {"beta2", o.adamw.beta2}, {"eps", o.adamw.eps},
-                     {"weight_decay", o.adamw.weight_decay}}},
+  return {{"steps", o.steps},
+          {"batch", o.batch},
+          {"seq", o.seq},
+          {"grad_accum", o.grad_accum},
+          {"lr", o.lr},
+          {"min_lr_ratio", o.min_lr_ratio},
+          {"warmup", o.warmup},
+          {"optimizer", o.optimizer},
+          {"grad_clip", o.grad_clip},
+          {"seed", o.seed},
+          {"device", o.device.str()},
+          {"dtype", dtype_name(o.dtype)},
+          {"adamw",
+           {{"beta1", o.adamw.beta1},
+            {"beta2", o.adamw.beta2},
+            {"eps", o.adamw.eps},
+            {"weight_decay", o.adamw.weight_decay}}},
           {"sgd", {{"momentum", o.sgd.momentum}, {"weight_decay", o.sgd.weight_decay}}}};
 }
 
@@ -228,29 +248,35 @@ void Trainer::save_checkpoint(const std::string& dir) const {
 void Trainer::resume(const std::string& dir) {
   const fs::path cdir = fs::path(dir) / "checkpoint";
   std::ifstream in(cdir / "trainer_state.json");
-  MICROLLM_CHECK(in.good(), "resume", "no checkpoint in ", dir, " (expected ", (cdir / "trainer_state.json").string(), ")");
+  MICROLLM_CHECK(in.good(), "resume", "no checkpoint in ", dir, " (expected ",
+                 (cdir / "trainer_state.json").string(), ")");
   const nlohmann::json s = nlohmann::json::parse(in);
-  MICROLLM_CHECK(s.value("format", "") == "microllm-checkpoint-v1", "resume", (cdir / "trainer_state.json").string(),
-                 ": unknown format ", s.value("format", "(none)"));
+  MICROLLM_CHECK(s.value("format", "") == "microllm-checkpoint-v1", "resume",
+                 (cdir / "trainer_state.json").string(), ": unknown format ",
+                 s.value("format", "(none)"));
   const nlohmann::json& saved = s.at("options");
   // The run's shape must match: these decide the data windows and the update.
   for (const char* key : {"seq", "seed", "optimizer", "dtype"})
-    MICROLLM_CHECK(saved.at(key) == options_json(options_).at(key), "resume", "checkpoint was made with ", key,
-                   " = ", saved.at(key).dump(), ", this run has ", options_json(options_).at(key).dump());
+    MICROLLM_CHECK(saved.at(key) == options_json(options_).at(key), "resume",
+                   "checkpoint was made with ", key, " = ", saved.at(key).dump(), ", this run has ",
+                   options_json(options_).at(key).dump());
   // Windows per step may be split differently over ranks and micro-batches: a step takes
   // the same global windows whenever batch × grad_accum × world size is the same.
   const int64_t saved_world = saved.value("world_size", int64_t{1});
-  const int64_t saved_batch = saved.at("batch").get<int64_t>(), saved_accum = saved.at("grad_accum").get<int64_t>();
+  const int64_t saved_batch = saved.at("batch").get<int64_t>(),
+                saved_accum = saved.at("grad_accum").get<int64_t>();
   const int64_t saved_windows = saved_batch * saved_accum * saved_world;
   const int64_t windows = options_.batch * options_.grad_accum * world_size();
   MICROLLM_CHECK(saved_windows == windows, "resume", "checkpoint was made with ", saved_windows,
-                 " windows per step (batch ", saved_batch, " × grad_accum ", saved_accum, " × world size ",
-                 saved_world, "), this run has ", windows, " (batch ", options_.batch, " × grad_accum ",
-                 options_.grad_accum, " × world size ", world_size(), ")");
+                 " windows per step (batch ", saved_batch, " × grad_accum ", saved_accum,
+                 " × world size ", saved_world, "), this run has ", windows, " (batch ",
+                 options_.batch, " × grad_accum ", options_.grad_accum, " × world size ",
+                 world_size(), ")");
   const model::ModelConfig saved_config = model::ModelConfig::load((cdir / "config.json").string());
   MICROLLM_CHECK(saved_config.to_json() == model_->config().to_json(), "resume",
                  "checkpoint config differs from this run's config");
-  const io::SafetensorsFile file = io::SafetensorsFile::open((cdir / "optimizer.safetensors").string());
+  const io::SafetensorsFile file =
+      io::SafetensorsFile::open((cdir / "optimizer.safetensors").string());
   std::map<std::string, Tensor> tensors;
   for (const std::string& name : file.names()) tensors[name] = file.tensor(name);
   optimizer_->load_state(tensors, s.at("optimizer_steps").get<int64_t>());

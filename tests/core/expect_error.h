@@ -29,8 +29,7 @@ template <class Fn>
              << "Error from op '" << e.op() << "', expected '" << op << "': " << what;
     for (std::string_view fragment : fragments)
       if (what.find(fragment) == std::string::npos)
-        return ::testing::AssertionFailure()
-               << "message lacks \"" << fragment << "\": " << what;
+        return ::testing::AssertionFailure() << "message lacks \"" << fragment << "\": " << what;
     return ::testing::AssertionSuccess() << what;
   } catch (const std::exception& e) {
     return ::testing::AssertionFailure() << "threw a non-microllm exception: " << e.what();

@@ -13,9 +13,9 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <random>
-#include <iterator>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -40,10 +40,14 @@ double ieee_decode(uint32_t bits, int e, int m) {
   const uint32_t exponent = (bits >> m) & ((1u << e) - 1);
   const uint32_t mantissa = bits & ((1u << m) - 1);
   double magnitude;
-  if (exponent == (1u << e) - 1) magnitude = mantissa ? std::numeric_limits<double>::quiet_NaN()
-                                                      : std::numeric_limits<double>::infinity();
-  else if (exponent == 0) magnitude = std::ldexp(static_cast<double>(mantissa), 1 - bias - m);
-  else magnitude = std::ldexp(static_cast<double>(mantissa + (1u << m)), static_cast<int>(exponent) - bias - m);
+  if (exponent == (1u << e) - 1)
+    magnitude = mantissa ? std::numeric_limits<double>::quiet_NaN()
+                         : std::numeric_limits<double>::infinity();
+  else if (exponent == 0)
+    magnitude = std::ldexp(static_cast<double>(mantissa), 1 - bias - m);
+  else
+    magnitude = std::ldexp(static_cast<double>(mantissa + (1u << m)),
+                           static_cast<int>(exponent) - bias - m);
   return negative ? -magnitude : magnitude;
 }
 
@@ -62,9 +66,12 @@ uint16_t bf16_reference(float f) {
   const double above = hi == 0x7f800000u ? std::ldexp(1.0, 128) : std::bit_cast<float>(hi);
   const double d_below = x - below, d_above = above - x;  // exact in double
   uint32_t chosen;
-  if (d_below < d_above) chosen = lo;
-  else if (d_above < d_below) chosen = hi;
-  else chosen = ((lo >> 16) & 1u) ? hi : lo;
+  if (d_below < d_above)
+    chosen = lo;
+  else if (d_above < d_below)
+    chosen = hi;
+  else
+    chosen = ((lo >> 16) & 1u) ? hi : lo;
   return static_cast<uint16_t>(sign | (chosen >> 16));
 }
 
@@ -94,9 +101,12 @@ uint16_t f16_reference(float f) {
 double e4m3_reference(uint8_t b) {
   const int exponent = (b >> 3) & 15, mantissa = b & 7;
   double magnitude;
-  if (exponent == 15 && mantissa == 7) magnitude = std::numeric_limits<double>::quiet_NaN();
-  else if (exponent == 0) magnitude = mantissa / 8.0 * std::ldexp(1.0, -6);
-  else magnitude = (1.0 + mantissa / 8.0) * std::ldexp(1.0, exponent - 7);
+  if (exponent == 15 && mantissa == 7)
+    magnitude = std::numeric_limits<double>::quiet_NaN();
+  else if (exponent == 0)
+    magnitude = mantissa / 8.0 * std::ldexp(1.0, -6);
+  else
+    magnitude = (1.0 + mantissa / 8.0) * std::ldexp(1.0, exponent - 7);
   return (b & 0x80) ? -magnitude : magnitude;
 }
 // E5M2: bias 15, exponent 31 holds inf (mantissa 0) and NaN.
@@ -137,14 +147,18 @@ uint8_t fp8_nearest(const Fp8Case& f, float x) {
 // ---- dtype metadata ----------------------------------------------------------------------
 
 TEST(DType, NamesSizesRoundTrip) {
-  struct Expected { DType dtype; size_t size; const char* name; bool floating; };
-  const Expected table[] = {
-      {DType::F64, 8, "f64", true},     {DType::F32, 4, "f32", true},
-      {DType::F16, 2, "f16", true},     {DType::BF16, 2, "bf16", true},
-      {DType::F8E4M3, 1, "f8e4m3", true}, {DType::F8E5M2, 1, "f8e5m2", true},
-      {DType::I64, 8, "i64", false},    {DType::I32, 4, "i32", false},
-      {DType::I8, 1, "i8", false},      {DType::U8, 1, "u8", false},
-      {DType::Bool, 1, "bool", false}};
+  struct Expected {
+    DType dtype;
+    size_t size;
+    const char* name;
+    bool floating;
+  };
+  const Expected table[] = {{DType::F64, 8, "f64", true},       {DType::F32, 4, "f32", true},
+                            {DType::F16, 2, "f16", true},       {DType::BF16, 2, "bf16", true},
+                            {DType::F8E4M3, 1, "f8e4m3", true}, {DType::F8E5M2, 1, "f8e5m2", true},
+                            {DType::I64, 8, "i64", false},      {DType::I32, 4, "i32", false},
+                            {DType::I8, 1, "i8", false},        {DType::U8, 1, "u8", false},
+                            {DType::Bool, 1, "bool", false}};
   ASSERT_EQ(std::size(kAllDTypes), std::size(table));
   std::set<std::string_view> names;
   for (size_t i = 0; i < std::size(table); ++i) {
@@ -224,7 +238,8 @@ TEST(DType, F32ToBf16MatchesReference) {
       const uint16_t s = static_cast<uint16_t>(sign >> 16);
       ASSERT_EQ(f32_to_bf16_bits(std::bit_cast<float>(sign | mid)), s | even) << std::hex << k;
       ASSERT_EQ(f32_to_bf16_bits(std::bit_cast<float>(sign | (mid - 1))), s | k) << std::hex << k;
-      ASSERT_EQ(f32_to_bf16_bits(std::bit_cast<float>(sign | (mid + 1))), s | (k + 1)) << std::hex << k;
+      ASSERT_EQ(f32_to_bf16_bits(std::bit_cast<float>(sign | (mid + 1))), s | (k + 1))
+          << std::hex << k;
     }
   }
   // 2^24 random F32 bit patterns (NaNs checked separately below).
@@ -235,11 +250,11 @@ TEST(DType, F32ToBf16MatchesReference) {
     ASSERT_EQ(f32_to_bf16_bits(f), bf16_reference(f)) << std::hex << std::bit_cast<uint32_t>(f);
   }
   const float max = std::numeric_limits<float>::max();
-  EXPECT_EQ(f32_to_bf16_bits(max), 0x7f80u);                  // rounds up to infinity
+  EXPECT_EQ(f32_to_bf16_bits(max), 0x7f80u);  // rounds up to infinity
   EXPECT_EQ(f32_to_bf16_bits(-max), 0xff80u);
   EXPECT_EQ(f32_to_bf16_bits(std::bit_cast<float>(0x7f7f7fffu)), 0x7f7fu);
-  EXPECT_EQ(f32_to_bf16_bits(1.0f + 0x1.0p-8f), 0x3f80u);     // tie, 1.0 is even
-  EXPECT_EQ(f32_to_bf16_bits(1.0f + 0x3.0p-8f), 0x3f82u);     // tie, rounds up to even
+  EXPECT_EQ(f32_to_bf16_bits(1.0f + 0x1.0p-8f), 0x3f80u);  // tie, 1.0 is even
+  EXPECT_EQ(f32_to_bf16_bits(1.0f + 0x3.0p-8f), 0x3f82u);  // tie, rounds up to even
   EXPECT_EQ(f32_to_bf16_bits(std::bit_cast<float>(0x00008000u)), 0x0000u);  // denormal tie
   EXPECT_EQ(f32_to_bf16_bits(std::bit_cast<float>(0x00018000u)), 0x0002u);
   EXPECT_EQ(f32_to_bf16_bits(std::bit_cast<float>(0x00000001u)), 0x0000u);  // smallest denormal
@@ -270,7 +285,8 @@ TEST(DType, F32ToF16MatchesReference) {
       const uint16_t s = sign < 0 ? 0x8000u : 0u;
       ASSERT_EQ(f32_to_f16_bits(sign * mid), s | even) << std::hex << k;
       ASSERT_EQ(f32_to_f16_bits(sign * std::nextafter(mid, 0.0f)), s | k) << std::hex << k;
-      ASSERT_EQ(f32_to_f16_bits(sign * std::nextafter(mid, INFINITY)), s | (k + 1)) << std::hex << k;
+      ASSERT_EQ(f32_to_f16_bits(sign * std::nextafter(mid, INFINITY)), s | (k + 1))
+          << std::hex << k;
     }
   }
   std::mt19937_64 rng(7);
@@ -289,7 +305,7 @@ TEST(DType, F32ToF16MatchesReference) {
   EXPECT_EQ(f32_to_f16_bits(0x1.0p-24f), 0x0001u);  // smallest subnormal
   EXPECT_EQ(f32_to_f16_bits(0x1.0p-25f), 0x0000u);  // half of it: tie to zero
   EXPECT_EQ(f32_to_f16_bits(std::nextafter(0x1.0p-25f, 1.0f)), 0x0001u);
-  EXPECT_EQ(f32_to_f16_bits(0x3.0p-25f), 0x0002u);  // 1.5 quanta: tie to 2
+  EXPECT_EQ(f32_to_f16_bits(0x3.0p-25f), 0x0002u);               // 1.5 quanta: tie to 2
   EXPECT_EQ(f32_to_f16_bits(0x1.0p-14f - 0x1.0p-25f), 0x0400u);  // tie into the first normal
   EXPECT_EQ(f32_to_f16_bits(1.0f + 0x1.0p-11f), 0x3c00u);
   EXPECT_EQ(f32_to_f16_bits(1.0f + 0x3.0p-11f), 0x3c02u);
@@ -376,8 +392,8 @@ TEST(DType, Fp8EncodeNearestWithSaturation) {
     EXPECT_EQ(f.encode(0.0f), 0x00) << f.name;
     EXPECT_EQ(f.encode(-0.0f), 0x80) << f.name;
   }
-  EXPECT_EQ(f32_to_fp8_e4m3(464.0f), 0x7e);    // would round to 480, which E4M3 lacks
-  EXPECT_EQ(f32_to_fp8_e5m2(61440.0f), 0x7b);  // IEEE rounding would give infinity
+  EXPECT_EQ(f32_to_fp8_e4m3(464.0f), 0x7e);      // would round to 480, which E4M3 lacks
+  EXPECT_EQ(f32_to_fp8_e5m2(61440.0f), 0x7b);    // IEEE rounding would give infinity
   EXPECT_EQ(f32_to_fp8_e4m3(0x1.0p-10f), 0x00);  // half the smallest subnormal: tie to 0
   EXPECT_EQ(f32_to_fp8_e4m3(0x3.0p-10f), 0x02);  // 1.5 quanta: tie to even
 }
@@ -404,7 +420,8 @@ TEST(DType, TensorToEveryPairExactValues) {
       Tensor strided = Tensor::from_vector(values, {1, n}, src).expand({2, n}).transpose(0, 1);
       std::vector<double> expected;
       for (double v : values) expected.insert(expected.end(), {v, v});
-      EXPECT_EQ(strided.to(dst).to_vector_f64(), expected) << dtype_name(src) << " -> " << dtype_name(dst);
+      EXPECT_EQ(strided.to(dst).to_vector_f64(), expected)
+          << dtype_name(src) << " -> " << dtype_name(dst);
     }
   }
 }
@@ -434,7 +451,8 @@ TEST(DType, TensorToKeepsLargeIds) {
 }
 
 TEST(DType, TensorToNarrowFloatsRounds) {
-  const std::vector<float> values{1.0f + 0x1.0p-8f, 1.0f + 0x3.0p-8f, 65520.0f, 1000.0f, -INFINITY, 0x1.0p-25f};
+  const std::vector<float> values{1.0f + 0x1.0p-8f, 1.0f + 0x3.0p-8f, 65520.0f,
+                                  1000.0f,          -INFINITY,        0x1.0p-25f};
   Tensor f = Tensor::from_vector(values, {6});
   Tensor bf = f.to(DType::BF16);
   Tensor h = f.to(DType::F16);

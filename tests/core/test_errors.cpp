@@ -42,8 +42,11 @@ TEST(Errors, ErrorFormatsOpAndMessage) {
 TEST(Errors, CheckMacroStreamsEveryPart) {
   EXPECT_NO_THROW(MICROLLM_CHECK(1 + 1 == 2, "arith", "never"));
   const Shape shape{2, 3};
-  EXPECT_TRUE(throws_error([&] { MICROLLM_CHECK(false, "demo", "got ", shape_str(shape), " of ", DType::BF16, " x", 7); },
-                           "demo", {"demo: got (2, 3) of bf16 x7"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        MICROLLM_CHECK(false, "demo", "got ", shape_str(shape), " of ", DType::BF16, " x", 7);
+      },
+      "demo", {"demo: got (2, 3) of bf16 x7"}));
   EXPECT_TRUE(throws_error([] { MICROLLM_FAIL("demo", "always ", 1.5); }, "demo", {"always 1.5"}));
 }
 
@@ -62,8 +65,11 @@ TEST(Errors, MatmulInnerDimMismatch) {
   EXPECT_TRUE(throws_error([&] { ops::matmul(a, b); }, "matmul",
                            {"inner", "(2, 3)", "(4, 5)", "K=3", "K=4"}));
   // With trans_b, b (5, 4) is read as (4, 5): K=4 still differs from a's 3.
-  EXPECT_TRUE(throws_error([&] { ops::matmul(a, Tensor::zeros({5, 4}), false, true); }, "matmul",
-                           {"transposed", "K=3", "K=4"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        ops::matmul(a, Tensor::zeros({5, 4}), false, true);
+      },
+      "matmul", {"transposed", "K=3", "K=4"}));
   EXPECT_TRUE(throws_error([&] { ops::matmul(Tensor::zeros({2}), b); }, "matmul", {"rank"}));
 }
 
@@ -92,8 +98,11 @@ TEST(Errors, DeviceParse) {
 
 #ifndef MICROLLM_WITH_CUDA
 TEST(Errors, CudaTensorInCpuOnlyBuild) {
-  EXPECT_TRUE(throws_error([] { Tensor::empty({2, 3}, DType::F32, Device::cuda(0)); }, "device",
-                           {"cuda:0", "without CUDA", "MICROLLM_WITH_CUDA"}));
+  EXPECT_TRUE(throws_error(
+      [] {
+        Tensor::empty({2, 3}, DType::F32, Device::cuda(0));
+      },
+      "device", {"cuda:0", "without CUDA", "MICROLLM_WITH_CUDA"}));
   Tensor host = Tensor::ones({2});
   EXPECT_TRUE(throws_error([&] { host.to(Device::cuda(1)); }, "device", {"cuda:1", "CUDA"}));
 }
@@ -101,8 +110,11 @@ TEST(Errors, CudaTensorInCpuOnlyBuild) {
 
 TEST(Errors, EmbeddingIdOutOfRange) {
   Tensor weight = Tensor::zeros({4, 3});  // (V, C) = (4, 3)
-  EXPECT_TRUE(throws_error([&] { ops::embedding(weight, ids({1, 7, 2})); }, "embedding",
-                           {"id 7", "position 1", "[0, 4)"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        ops::embedding(weight, ids({1, 7, 2}));
+      },
+      "embedding", {"id 7", "position 1", "[0, 4)"}));
   EXPECT_TRUE(throws_error([&] { ops::embedding(weight, ids({-1}, DType::I32)); }, "embedding",
                            {"id -1", "[0, 4)"}));
   // Float ids are rejected by dtype, not silently truncated.
@@ -112,20 +124,32 @@ TEST(Errors, EmbeddingIdOutOfRange) {
 
 TEST(Errors, CrossEntropyTargetOutOfRange) {
   Tensor logits = Tensor::zeros({2, 3});  // (N, V) = (2, 3)
-  EXPECT_TRUE(throws_error([&] { ops::cross_entropy(logits, ids({0, 5})); }, "cross_entropy",
-                           {"target 5", "row 1", "[0, 3)"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        ops::cross_entropy(logits, ids({0, 5}));
+      },
+      "cross_entropy", {"target 5", "row 1", "[0, 3)"}));
   // A negative target other than ignore_index is out of range too.
-  EXPECT_TRUE(throws_error([&] { ops::cross_entropy(logits, ids({-1, 0})); }, "cross_entropy",
-                           {"target -1", "row 0"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        ops::cross_entropy(logits, ids({-1, 0}));
+      },
+      "cross_entropy", {"target -1", "row 0"}));
   EXPECT_NO_THROW(ops::cross_entropy(logits, ids({-100, 2})));
-  EXPECT_TRUE(throws_error([&] { ops::cross_entropy(logits, ids({0, 1, 2})); }, "cross_entropy",
-                           {"(2)", "(3,)"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        ops::cross_entropy(logits, ids({0, 1, 2}));
+      },
+      "cross_entropy", {"(2)", "(3,)"}));
 }
 
 TEST(Errors, IndexSelectOutOfRange) {
   Tensor x = Tensor::zeros({3, 2});  // (3, 2)
-  EXPECT_TRUE(throws_error([&] { ops::index_select(x, 0, ids({0, 3})); }, "index_select",
-                           {"index 3", "position 1", "[0, 3)"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        ops::index_select(x, 0, ids({0, 3}));
+      },
+      "index_select", {"index 3", "position 1", "[0, 3)"}));
   EXPECT_TRUE(throws_error([&] { ops::index_select(x, 1, ids({2})); }, "index_select",
                            {"index 2", "[0, 2)"}));
 }
@@ -141,11 +165,11 @@ TEST(Errors, AttentionHeadsNotMultipleOfKvHeads) {
 }
 
 TEST(Errors, RmsNormWeightShapeMismatch) {
-  Tensor x = Tensor::zeros({2, 3});   // (T, C) = (2, 3)
-  Tensor w = Tensor::ones({4});       // (4) ≠ (C)
+  Tensor x = Tensor::zeros({2, 3});  // (T, C) = (2, 3)
+  Tensor w = Tensor::ones({4});      // (4) ≠ (C)
   EXPECT_TRUE(throws_error([&] { ops::rms_norm(x, w, 1e-6); }, "rms_norm", {"(2, 3)", "(4,)"}));
-  EXPECT_TRUE(throws_error([&] { ops::rms_norm(x, Tensor::ones({3}), -1.0); }, "rms_norm",
-                           {"eps"}));
+  EXPECT_TRUE(
+      throws_error([&] { ops::rms_norm(x, Tensor::ones({3}), -1.0); }, "rms_norm", {"eps"}));
 }
 
 // ---- autograd errors ---------------------------------------------------------------------
@@ -213,22 +237,34 @@ TEST(Errors, TensorAccessorsAndFactories) {
   EXPECT_TRUE(throws_error([&] { (void)t.size(2); }, "Tensor::size", {"dimension 2", "rank 2"}));
   EXPECT_TRUE(throws_error([&] { (void)t.stride(-3); }, "Tensor::stride", {"dimension -3"}));
   EXPECT_TRUE(throws_error([&] { (void)t.item(); }, "Tensor::item", {"one element", "(2, 3)"}));
-  EXPECT_TRUE(throws_error([&] { (void)t.data<double>(); }, "Tensor::data", {"f32(2, 3)", "wrong element type"}));
+  EXPECT_TRUE(throws_error([&] { (void)t.data<double>(); }, "Tensor::data",
+                           {"f32(2, 3)", "wrong element type"}));
   EXPECT_TRUE(throws_error([&] { (void)t.to_vector_i64(); }, "Tensor::to_vector_i64", {"f32"}));
   EXPECT_TRUE(throws_error([] { Tensor::empty({2, -1}); }, "Tensor::empty", {"(2, -1)"}));
   // Regression: a negative length escaped as std::length_error from std::vector.
   EXPECT_TRUE(throws_error([] { Tensor::arange(-1); }, "Tensor::arange", {"-1"}));
   EXPECT_EQ(Tensor::arange(0).numel(), 0);
-  EXPECT_TRUE(throws_error([] { Tensor::from_vector(std::vector<float>{1, 2, 3}, {2, 2}); },
-                           "Tensor::from_vector", {"3 values", "(2, 2)"}));
-  EXPECT_TRUE(throws_error([&] { t.copy_from(Tensor::zeros({3, 2})); }, "copy", {"(2, 3)", "(3, 2)"}));
+  EXPECT_TRUE(throws_error(
+      [] {
+        Tensor::from_vector(std::vector<float>{1, 2, 3}, {2, 2});
+      },
+      "Tensor::from_vector", {"3 values", "(2, 2)"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        t.copy_from(Tensor::zeros({3, 2}));
+      },
+      "copy", {"(2, 3)", "(3, 2)"}));
 }
 
 TEST(Errors, BroadcastAndDimHelpers) {
-  EXPECT_TRUE(throws_error([] { broadcast_shapes({2, 3}, {3, 2}, "probe"); }, "probe",
-                           {"(2, 3)", "(3, 2)", "dimension 0: 2 vs 3"}));
+  EXPECT_TRUE(throws_error(
+      [] {
+        broadcast_shapes({2, 3}, {3, 2}, "probe");
+      },
+      "probe", {"(2, 3)", "(3, 2)", "dimension 0: 2 vs 3"}));
   EXPECT_EQ(broadcast_shapes({4, 1, 3}, {2, 1}, "probe"), (Shape{4, 2, 3}));
-  EXPECT_TRUE(throws_error([] { normalize_dim(3, 3, "probe"); }, "probe", {"dimension 3", "rank 3"}));
+  EXPECT_TRUE(
+      throws_error([] { normalize_dim(3, 3, "probe"); }, "probe", {"dimension 3", "rank 3"}));
   EXPECT_TRUE(throws_error([] { normalize_dim(-4, 3, "probe"); }, "probe", {"dimension -4"}));
   EXPECT_EQ(normalize_dim(-1, 3, "probe"), 2);
   EXPECT_EQ(normalize_dim(-3, 3, "probe"), 0);

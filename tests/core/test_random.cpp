@@ -44,7 +44,8 @@ double std_of(const std::vector<double>& v) {
 }  // namespace
 
 TEST(Random, GeneratorIsSplitMix64) {
-  // Published SplitMix64 outputs for seed 1234567 (Rosetta Code, "Pseudo-random numbers/Splitmix64").
+  // Published SplitMix64 outputs for seed 1234567 (Rosetta Code, "Pseudo-random
+  // numbers/Splitmix64").
   Generator gen(1234567);
   EXPECT_EQ(gen.next_u64(), 6457827717110365317ull);
   EXPECT_EQ(gen.next_u64(), 3203168211198807973ull);
@@ -54,7 +55,8 @@ TEST(Random, GeneratorIsSplitMix64) {
   for (uint64_t seed : {0ull, 1ull, 42ull, 0xffffffffffffffffull}) {
     Generator g(seed);
     SplitMix64 reference{seed};
-    for (int i = 0; i < 1000; ++i) ASSERT_EQ(g.next_u64(), reference.next()) << seed << " draw " << i;
+    for (int i = 0; i < 1000; ++i)
+      ASSERT_EQ(g.next_u64(), reference.next()) << seed << " draw " << i;
     EXPECT_EQ(g.offset(), 1000u);
     EXPECT_EQ(g.seed(), seed);
   }
@@ -123,13 +125,16 @@ TEST(Random, RandnMeanAndStd) {
   EXPECT_NEAR(mean_of(v), 0.0, 0.02);
   EXPECT_NEAR(std_of(v), 1.0, 0.015);
   // About 68.27% within one σ and 95.45% within two.
-  const double within1 = std::count_if(v.begin(), v.end(), [](double x) { return std::fabs(x) < 1; }) / 1e5;
-  const double within2 = std::count_if(v.begin(), v.end(), [](double x) { return std::fabs(x) < 2; }) / 1e5;
+  const double within1 =
+      std::count_if(v.begin(), v.end(), [](double x) { return std::fabs(x) < 1; }) / 1e5;
+  const double within2 =
+      std::count_if(v.begin(), v.end(), [](double x) { return std::fabs(x) < 2; }) / 1e5;
   EXPECT_NEAR(within1, 0.6827, 0.01);
   EXPECT_NEAR(within2, 0.9545, 0.006);
   for (double x : v) ASSERT_TRUE(std::isfinite(x));
   // mean and std arguments shift and scale.
-  const std::vector<double> w = randn({100000}, gen, DType::F64, Device::cpu(), 3.0, 2.0).to_vector_f64();
+  const std::vector<double> w =
+      randn({100000}, gen, DType::F64, Device::cpu(), 3.0, 2.0).to_vector_f64();
   EXPECT_NEAR(mean_of(w), 3.0, 0.04);
   EXPECT_NEAR(std_of(w), 2.0, 0.03);
 }

@@ -25,7 +25,9 @@ Tensor iota(const Shape& shape, DType dtype = DType::F32) {
   return Tensor::from_vector(values, shape, dtype);
 }
 
-bool shares_storage(const Tensor& a, const Tensor& b) { return a.storage().get() == b.storage().get(); }
+bool shares_storage(const Tensor& a, const Tensor& b) {
+  return a.storage().get() == b.storage().get();
+}
 
 // Value of element `index` of a view, read through its own strides and offset.
 double at(const Tensor& t, const std::vector<int64_t>& index) {
@@ -47,8 +49,8 @@ void poke(const Tensor& t, const std::vector<int64_t>& index, float value) {
 // ---- reshape / view ----------------------------------------------------------------------
 
 TEST(Views, ReshapeOfContiguousIsAView) {
-  Tensor t = iota({2, 3, 4});        // (2, 3, 4)
-  Tensor r = t.reshape({4, 6});      // (4, 6)
+  Tensor t = iota({2, 3, 4});    // (2, 3, 4)
+  Tensor r = t.reshape({4, 6});  // (4, 6)
   EXPECT_TRUE(shares_storage(t, r));
   EXPECT_EQ(r.shape(), (Shape{4, 6}));
   EXPECT_EQ(r.strides(), (Strides{6, 1}));
@@ -68,14 +70,18 @@ TEST(Views, ReshapeInfersMinusOne) {
   EXPECT_EQ(t.view({2, -1}).shape(), (Shape{2, 12}));
   EXPECT_TRUE(throws_error([&] { t.reshape({-1, -1}); }, "reshape", {"only one", "(-1, -1)"}));
   EXPECT_TRUE(throws_error([&] { t.reshape({5, -1}); }, "reshape", {"(2, 3, 4)", "(5, -1)"}));
-  EXPECT_TRUE(throws_error([&] { t.reshape({5, 5}); }, "reshape", {"(2, 3, 4)", "24 elements", "(5, 5)"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        t.reshape({5, 5});
+      },
+      "reshape", {"(2, 3, 4)", "24 elements", "(5, 5)"}));
   EXPECT_TRUE(throws_error([&] { t.view({7}); }, "view", {"(7,)"}));
 }
 
 TEST(Views, ReshapeOfTransposeCopies) {
-  Tensor t = iota({2, 3});             // (2, 3)
-  Tensor tt = t.transpose(0, 1);       // (3, 2) strides (1, 3)
-  Tensor r = tt.reshape({6});          // needs row-major order of tt: a copy
+  Tensor t = iota({2, 3});        // (2, 3)
+  Tensor tt = t.transpose(0, 1);  // (3, 2) strides (1, 3)
+  Tensor r = tt.reshape({6});     // needs row-major order of tt: a copy
   EXPECT_FALSE(shares_storage(t, r));
   EXPECT_TRUE(r.is_contiguous());
   // tt[i][j] = t[j][i] = 3j + i, read row by row.
@@ -83,13 +89,14 @@ TEST(Views, ReshapeOfTransposeCopies) {
   poke(r, {0}, 42.0f);  // the copy is independent of t
   EXPECT_EQ(t.to_vector_f64()[0], 0.0);
   // view() refuses the same request and says what to do instead.
-  EXPECT_TRUE(throws_error([&] { tt.view({6}); }, "view", {"(3, 2)", "(1, 3)", "(6,)", "reshape()"}));
+  EXPECT_TRUE(
+      throws_error([&] { tt.view({6}); }, "view", {"(3, 2)", "(1, 3)", "(6,)", "reshape()"}));
 }
 
 TEST(Views, ReshapeSplitsStridedDimsWithoutCopy) {
-  Tensor t = iota({4, 6});             // (4, 6)
-  Tensor n = t.narrow(1, 0, 3);        // (4, 3) strides (6, 1): rows are not adjacent
-  Tensor r = n.reshape({2, 2, 3});     // splitting dim 0 needs no copy
+  Tensor t = iota({4, 6});          // (4, 6)
+  Tensor n = t.narrow(1, 0, 3);     // (4, 3) strides (6, 1): rows are not adjacent
+  Tensor r = n.reshape({2, 2, 3});  // splitting dim 0 needs no copy
   EXPECT_TRUE(shares_storage(t, r));
   EXPECT_EQ(r.strides(), (Strides{12, 6, 1}));
   for (int64_t a = 0; a < 2; ++a)
@@ -109,21 +116,21 @@ TEST(Views, ReshapeSplitsStridedDimsWithoutCopy) {
 }
 
 TEST(Views, ViewOfExpandedTensor) {
-  Tensor t = iota({3});                   // (3)
+  Tensor t = iota({3});                      // (3)
   Tensor e = t.unsqueeze(0).expand({4, 3});  // (4, 3) strides (0, 1)
   EXPECT_TRUE(throws_error([&] { e.view({12}); }, "view", {"(4, 3)", "(0, 1)"}));
   Tensor r = e.reshape({12});
   EXPECT_FALSE(shares_storage(t, r));
   EXPECT_EQ(r.to_vector_f64(), (std::vector<double>{0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2}));
-  Tensor s = e.view({2, 2, 3});           // splitting the stride-0 dim is a view
+  Tensor s = e.view({2, 2, 3});  // splitting the stride-0 dim is a view
   EXPECT_EQ(s.strides(), (Strides{0, 0, 1}));
 }
 
 // ---- permute / transpose -----------------------------------------------------------------
 
 TEST(Views, PermuteShapeStridesValues) {
-  Tensor t = iota({2, 3, 4});            // strides (12, 4, 1)
-  Tensor p = t.permute({2, 0, 1});       // (4, 2, 3)
+  Tensor t = iota({2, 3, 4});       // strides (12, 4, 1)
+  Tensor p = t.permute({2, 0, 1});  // (4, 2, 3)
   EXPECT_TRUE(shares_storage(t, p));
   EXPECT_EQ(p.shape(), (Shape{4, 2, 3}));
   EXPECT_EQ(p.strides(), (Strides{1, 12, 4}));
@@ -139,7 +146,7 @@ TEST(Views, PermuteShapeStridesValues) {
 
 TEST(Views, TransposeWithNegativeDims) {
   Tensor t = iota({2, 3, 4});
-  Tensor tt = t.transpose(-1, 0);        // (4, 3, 2)
+  Tensor tt = t.transpose(-1, 0);  // (4, 3, 2)
   EXPECT_EQ(tt.shape(), (Shape{4, 3, 2}));
   EXPECT_EQ(tt.strides(), (Strides{1, 4, 12}));
   for (int64_t k = 0; k < 4; ++k)
@@ -154,18 +161,18 @@ TEST(Views, TransposeWithNegativeDims) {
 // ---- narrow / slice ----------------------------------------------------------------------
 
 TEST(Views, NarrowMovesOffset) {
-  Tensor t = iota({4, 5});               // strides (5, 1)
-  Tensor cols = t.narrow(1, 1, 3);       // (4, 3)
+  Tensor t = iota({4, 5});          // strides (5, 1)
+  Tensor cols = t.narrow(1, 1, 3);  // (4, 3)
   EXPECT_EQ(cols.shape(), (Shape{4, 3}));
   EXPECT_EQ(cols.strides(), (Strides{5, 1}));
   EXPECT_EQ(cols.offset(), 1);
   for (int64_t i = 0; i < 4; ++i)
     for (int64_t j = 0; j < 3; ++j) EXPECT_EQ(at(cols, {i, j}), i * 5 + 1 + j);
-  Tensor rows = t.narrow(0, 2, 2);       // (2, 5) starting at row 2
+  Tensor rows = t.narrow(0, 2, 2);  // (2, 5) starting at row 2
   EXPECT_EQ(rows.offset(), 10);
   EXPECT_TRUE(rows.is_contiguous());
   // Offsets of chained narrows add up; slice(d, a, b) is narrow(d, a, b - a).
-  Tensor both = rows.narrow(-1, 2, 2);   // t[2:4, 2:4]
+  Tensor both = rows.narrow(-1, 2, 2);  // t[2:4, 2:4]
   EXPECT_EQ(both.offset(), 12);
   EXPECT_EQ(both.to_vector_f64(), (std::vector<double>{12, 13, 17, 18}));
   EXPECT_EQ(t.slice(1, 2, 5).to_vector_f64(), t.narrow(1, 2, 3).to_vector_f64());
@@ -182,8 +189,8 @@ TEST(Views, NarrowMovesOffset) {
 // ---- expand ------------------------------------------------------------------------------
 
 TEST(Views, ExpandUsesStrideZero) {
-  Tensor t = iota({3, 1});               // (3, 1)
-  Tensor e = t.expand({2, 3, 4});        // (2, 3, 4)
+  Tensor t = iota({3, 1});         // (3, 1)
+  Tensor e = t.expand({2, 3, 4});  // (2, 3, 4)
   EXPECT_TRUE(shares_storage(t, e));
   EXPECT_EQ(e.shape(), (Shape{2, 3, 4}));
   EXPECT_EQ(e.strides(), (Strides{0, 1, 0}));
@@ -204,13 +211,13 @@ TEST(Views, ExpandUsesStrideZero) {
 // ---- squeeze / unsqueeze / flatten -------------------------------------------------------
 
 TEST(Views, SqueezeUnsqueeze) {
-  Tensor t = iota({2, 1, 3});            // strides (3, 3, 1)
+  Tensor t = iota({2, 1, 3});  // strides (3, 3, 1)
   Tensor s = t.squeeze(1);
   EXPECT_EQ(s.shape(), (Shape{2, 3}));
   EXPECT_EQ(s.strides(), (Strides{3, 1}));
   EXPECT_TRUE(shares_storage(t, s));
   EXPECT_EQ(t.squeeze(-2).shape(), (Shape{2, 3}));
-  EXPECT_TRUE(t.squeeze(0).same(t));     // size 2: nothing to squeeze
+  EXPECT_TRUE(t.squeeze(0).same(t));  // size 2: nothing to squeeze
   EXPECT_EQ(t.unsqueeze(0).shape(), (Shape{1, 2, 1, 3}));
   EXPECT_EQ(t.unsqueeze(-1).shape(), (Shape{2, 1, 3, 1}));
   EXPECT_EQ(t.unsqueeze(-4).shape(), (Shape{1, 2, 1, 3}));
@@ -221,7 +228,7 @@ TEST(Views, SqueezeUnsqueeze) {
   EXPECT_EQ(t.unsqueeze(2).strides(), (Strides{3, 3, 3, 1}));
   EXPECT_EQ(t.unsqueeze(-1).strides(), (Strides{3, 3, 1, 1}));
   EXPECT_EQ(t.transpose(0, 2).unsqueeze(1).strides(), (Strides{1, 3, 3, 3}));  // (3, 1, 1, 2)
-  Tensor u = s.unsqueeze(1);             // (2, 1, 3): still dense
+  Tensor u = s.unsqueeze(1);  // (2, 1, 3): still dense
   EXPECT_TRUE(u.is_contiguous());
   EXPECT_EQ(u.to_vector_f64(), t.to_vector_f64());
   // Unsqueezing a transposed view keeps its element order.
@@ -254,9 +261,9 @@ TEST(Views, Flatten) {
 TEST(Views, ContiguousCopiesOnlyWhenNeeded) {
   Tensor t = iota({3, 4});
   EXPECT_TRUE(t.contiguous().same(t));
-  Tensor rows = t.narrow(0, 1, 2);             // dense rows with an offset
+  Tensor rows = t.narrow(0, 1, 2);  // dense rows with an offset
   EXPECT_TRUE(rows.contiguous().same(rows));
-  Tensor tt = t.transpose(0, 1);               // (4, 3)
+  Tensor tt = t.transpose(0, 1);  // (4, 3)
   Tensor c = tt.contiguous();
   EXPECT_FALSE(c.same(tt));
   EXPECT_FALSE(shares_storage(c, t));
@@ -359,16 +366,25 @@ TEST(Views, FromStorageBoundsChecks) {
   EXPECT_EQ(bcast.numel(), 10);
   EXPECT_NO_THROW(Tensor::from_storage(storage, {6}, {1}, 0, DType::F64));  // 48 bytes exactly
   EXPECT_NO_THROW(Tensor::from_storage(storage, {0, 4}, {4, 1}, 12, DType::F32));  // empty
-  EXPECT_TRUE(throws_error([&] { Tensor::from_storage(storage, {3, 4}, {4, 1}, 1, DType::F32); },
-                           "Tensor::from_storage", {"(3, 4)", "offset 1", "48-byte"}));
-  EXPECT_TRUE(throws_error([&] { Tensor::from_storage(storage, {4, 3}, {1, 5}, 0, DType::F32); },
-                           "Tensor::from_storage", {"(1, 5)"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        Tensor::from_storage(storage, {3, 4}, {4, 1}, 1, DType::F32);
+      },
+      "Tensor::from_storage", {"(3, 4)", "offset 1", "48-byte"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        Tensor::from_storage(storage, {4, 3}, {1, 5}, 0, DType::F32);
+      },
+      "Tensor::from_storage", {"(1, 5)"}));
   EXPECT_TRUE(throws_error([&] { Tensor::from_storage(storage, {7}, {1}, 0, DType::F64); },
                            "Tensor::from_storage", {"f64"}));
   EXPECT_TRUE(throws_error([&] { Tensor::from_storage(storage, {2}, {1}, -1, DType::F32); },
                            "Tensor::from_storage", {"offset -1"}));
-  EXPECT_TRUE(throws_error([&] { Tensor::from_storage(storage, {2, 2}, {1}, 0, DType::F32); },
-                           "Tensor::from_storage", {"rank"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        Tensor::from_storage(storage, {2, 2}, {1}, 0, DType::F32);
+      },
+      "Tensor::from_storage", {"rank"}));
   EXPECT_TRUE(throws_error([&] { Tensor::from_storage(storage, {2}, {-1}, 1, DType::F32); },
                            "Tensor::from_storage", {"negative"}));
 }

@@ -50,7 +50,9 @@ std::string compare(const char* what, const Tensor& cuda, const Tensor& cpu,
   }
   if (o.dtype == DType::F32) {
     const double ratio = tolerance_ratio(cuda, cpu, o.atol, o.rtol);
-    if (!(ratio <= 1.0)) out << what << ": outside atol " << o.atol << " rtol " << o.rtol << " (worst ratio " << ratio << ")";
+    if (!(ratio <= 1.0))
+      out << what << ": outside atol " << o.atol << " rtol " << o.rtol << " (worst ratio " << ratio
+          << ")";
   } else {
     const double rel = relative_l2(cuda, cpu);
     if (!(rel <= o.bf16_rel_l2)) out << what << ": relative L2 " << rel << " > " << o.bf16_rel_l2;

@@ -14,10 +14,10 @@
 namespace microllm::testing {
 
 // Skips the current test, printing why, when no CUDA device is usable.
-#define MICROLLM_REQUIRE_CUDA()                                                              \
-  do {                                                                                       \
-    if (!::microllm::cuda::is_available())                                                   \
-      GTEST_SKIP() << "CUDA test skipped: " << ::microllm::cuda::unavailable_reason();      \
+#define MICROLLM_REQUIRE_CUDA()                                                        \
+  do {                                                                                 \
+    if (!::microllm::cuda::is_available())                                             \
+      GTEST_SKIP() << "CUDA test skipped: " << ::microllm::cuda::unavailable_reason(); \
   } while (0)
 
 // ‖a − b‖₂ / ‖b‖₂ over all elements (b the reference); 0 when both are zero.
@@ -29,7 +29,7 @@ struct CudaCheckOptions {
   DType dtype = DType::F32;  // dtype the CUDA side runs in (inputs cast after rounding)
   double atol = 5e-5;        // F32: SPEC §6 CUDA tolerance (CPU 1e-5 × 5)
   double rtol = 5e-5;
-  double bf16_rel_l2 = 1e-2; // BF16/F16: relative L2 bound
+  double bf16_rel_l2 = 1e-2;  // BF16/F16: relative L2 bound
   bool check_backward = true;
   uint64_t seed = 7;
 };

@@ -8,8 +8,8 @@
 #include "microllm/ops/ops.h"
 
 using namespace microllm;
-using microllm::testing::CudaCheckOptions;
 using microllm::testing::cuda_matches_cpu;
+using microllm::testing::CudaCheckOptions;
 
 namespace {
 
@@ -26,15 +26,19 @@ constexpr const DType (&kDtypes)[2] = microllm::testing::kCudaTestDtypes;
 TEST(CudaElementwise, BinaryOpsWithBroadcastingAndOddShapes) {
   MICROLLM_REQUIRE_CUDA();
   const std::vector<std::pair<Shape, Shape>> shapes = {
-      {{1}, {1}}, {{7}, {7}}, {{33, 65}, {33, 65}}, {{2, 3, 4}, {3, 1}}, {{4}, {2, 3, 4}},
-      {{129, 1}, {1, 257}}, {{5, 1, 7}, {1, 3, 1}}};
+      {{1}, {1}},       {{7}, {7}},           {{33, 65}, {33, 65}},  {{2, 3, 4}, {3, 1}},
+      {{4}, {2, 3, 4}}, {{129, 1}, {1, 257}}, {{5, 1, 7}, {1, 3, 1}}};
   for (DType dtype : kDtypes)
     for (const auto& [sa, sb] : shapes) {
       const Tensor a = leaf(sa, 1), b = leaf(sb, 2, 3.0, 0.5);  // b away from 0 for div
-      EXPECT_TRUE(cuda_matches_cpu([](const auto& x) { return ops::add(x[0], x[1]); }, {a, b}, in(dtype)));
-      EXPECT_TRUE(cuda_matches_cpu([](const auto& x) { return ops::sub(x[0], x[1]); }, {a, b}, in(dtype)));
-      EXPECT_TRUE(cuda_matches_cpu([](const auto& x) { return ops::mul(x[0], x[1]); }, {a, b}, in(dtype)));
-      EXPECT_TRUE(cuda_matches_cpu([](const auto& x) { return ops::div(x[0], x[1]); }, {a, b}, in(dtype)));
+      EXPECT_TRUE(
+          cuda_matches_cpu([](const auto& x) { return ops::add(x[0], x[1]); }, {a, b}, in(dtype)));
+      EXPECT_TRUE(
+          cuda_matches_cpu([](const auto& x) { return ops::sub(x[0], x[1]); }, {a, b}, in(dtype)));
+      EXPECT_TRUE(
+          cuda_matches_cpu([](const auto& x) { return ops::mul(x[0], x[1]); }, {a, b}, in(dtype)));
+      EXPECT_TRUE(
+          cuda_matches_cpu([](const auto& x) { return ops::div(x[0], x[1]); }, {a, b}, in(dtype)));
     }
 }
 
@@ -45,13 +49,19 @@ TEST(CudaElementwise, UnaryOpsOnStridedViews) {
     const Tensor pos = leaf({17, 31}, 4, 2.0, 0.3);  // positive inputs for log/sqrt/rsqrt
     auto t = [](const Tensor& v) { return v.transpose(0, 1); };  // non-contiguous input
     EXPECT_TRUE(cuda_matches_cpu([&](const auto& v) { return ops::neg(t(v[0])); }, {x}, in(dtype)));
-    EXPECT_TRUE(cuda_matches_cpu([&](const auto& v) { return ops::scale(t(v[0]), -1.5); }, {x}, in(dtype)));
-    EXPECT_TRUE(cuda_matches_cpu([&](const auto& v) { return ops::add_scalar(t(v[0]), 0.25); }, {x}, in(dtype)));
+    EXPECT_TRUE(
+        cuda_matches_cpu([&](const auto& v) { return ops::scale(t(v[0]), -1.5); }, {x}, in(dtype)));
+    EXPECT_TRUE(cuda_matches_cpu([&](const auto& v) { return ops::add_scalar(t(v[0]), 0.25); }, {x},
+                                 in(dtype)));
     EXPECT_TRUE(cuda_matches_cpu([&](const auto& v) { return ops::exp(t(v[0])); }, {x}, in(dtype)));
-    EXPECT_TRUE(cuda_matches_cpu([&](const auto& v) { return ops::pow(t(v[0]), 3.0); }, {pos}, in(dtype)));
-    EXPECT_TRUE(cuda_matches_cpu([&](const auto& v) { return ops::log(t(v[0])); }, {pos}, in(dtype)));
-    EXPECT_TRUE(cuda_matches_cpu([&](const auto& v) { return ops::sqrt(t(v[0])); }, {pos}, in(dtype)));
-    EXPECT_TRUE(cuda_matches_cpu([&](const auto& v) { return ops::rsqrt(t(v[0])); }, {pos}, in(dtype)));
+    EXPECT_TRUE(
+        cuda_matches_cpu([&](const auto& v) { return ops::pow(t(v[0]), 3.0); }, {pos}, in(dtype)));
+    EXPECT_TRUE(
+        cuda_matches_cpu([&](const auto& v) { return ops::log(t(v[0])); }, {pos}, in(dtype)));
+    EXPECT_TRUE(
+        cuda_matches_cpu([&](const auto& v) { return ops::sqrt(t(v[0])); }, {pos}, in(dtype)));
+    EXPECT_TRUE(
+        cuda_matches_cpu([&](const auto& v) { return ops::rsqrt(t(v[0])); }, {pos}, in(dtype)));
   }
 }
 
@@ -68,22 +78,26 @@ TEST(CudaElementwise, LargeTensorTakesTheVectorPath) {
 
 TEST(CudaMatmul, ShapesTransposesAndBatches) {
   MICROLLM_REQUIRE_CUDA();
-  struct Case { Shape a, b; bool ta, tb; };
+  struct Case {
+    Shape a, b;
+    bool ta, tb;
+  };
   const std::vector<Case> cases = {
-      {{1, 1}, {1, 1}, false, false},      {{3, 5}, {5, 7}, false, false},
-      {{17, 33}, {65, 33}, false, true},   {{33, 17}, {33, 65}, true, false},
-      {{33, 17}, {65, 33}, true, true},    {{4, 129, 64}, {4, 64, 31}, false, false},
-      {{4, 64, 129}, {31, 64}, true, true}, {{130, 1}, {1, 258}, false, false},
+      {{1, 1}, {1, 1}, false, false},        {{3, 5}, {5, 7}, false, false},
+      {{17, 33}, {65, 33}, false, true},     {{33, 17}, {33, 65}, true, false},
+      {{33, 17}, {65, 33}, true, true},      {{4, 129, 64}, {4, 64, 31}, false, false},
+      {{4, 64, 129}, {31, 64}, true, true},  {{130, 1}, {1, 258}, false, false},
       {{256, 384}, {384, 512}, false, false}};
   for (DType dtype : kDtypes)
     for (const Case& c : cases) {
       CudaCheckOptions o = in(dtype);
       // F32 GEMM sums K products: allow the rounding of a K-term sum.
       o.atol = 5e-5 * std::sqrt(static_cast<double>(c.ta ? c.a[c.a.size() - 2] : c.a.back()));
-      EXPECT_TRUE(cuda_matches_cpu(
-          [&](const auto& x) { return ops::matmul(x[0], x[1], c.ta, c.tb); },
-          {leaf(c.a, 7), leaf(c.b, 8)}, o))
-          << dtype << " a " << shape_str(c.a) << " b " << shape_str(c.b) << " ta " << c.ta << " tb " << c.tb;
+      EXPECT_TRUE(
+          cuda_matches_cpu([&](const auto& x) { return ops::matmul(x[0], x[1], c.ta, c.tb); },
+                           {leaf(c.a, 7), leaf(c.b, 8)}, o))
+          << dtype << " a " << shape_str(c.a) << " b " << shape_str(c.b) << " ta " << c.ta << " tb "
+          << c.tb;
     }
 }
 
@@ -93,12 +107,16 @@ TEST(CudaMatmul, LinearWithBiasEpilogueAndNonContiguousInput) {
     CudaCheckOptions o = in(dtype);
     o.atol = 5e-4;
     const Tensor x = leaf({3, 37, 96}, 9), w = leaf({80, 96}, 10, 0.0, 0.1), b = leaf({80}, 11);
-    EXPECT_TRUE(cuda_matches_cpu([](const auto& v) { return ops::linear(v[0], v[1], v[2]); }, {x, w, b}, o)) << dtype;
-    EXPECT_TRUE(cuda_matches_cpu([](const auto& v) { return ops::linear(v[0], v[1]); }, {x, w}, o)) << dtype;
+    EXPECT_TRUE(
+        cuda_matches_cpu([](const auto& v) { return ops::linear(v[0], v[1], v[2]); }, {x, w, b}, o))
+        << dtype;
+    EXPECT_TRUE(cuda_matches_cpu([](const auto& v) { return ops::linear(v[0], v[1]); }, {x, w}, o))
+        << dtype;
     // x read through a transposed view: (37, 3, 96) → (3, 37, 96).
     const Tensor xt = leaf({37, 3, 96}, 12);
-    EXPECT_TRUE(cuda_matches_cpu([](const auto& v) { return ops::linear(v[0].transpose(0, 1), v[1], v[2]); },
-                                 {xt, w, b}, o)) << dtype;
+    EXPECT_TRUE(cuda_matches_cpu(
+        [](const auto& v) { return ops::linear(v[0].transpose(0, 1), v[1], v[2]); }, {xt, w, b}, o))
+        << dtype;
   }
 }
 

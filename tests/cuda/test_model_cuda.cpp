@@ -16,15 +16,18 @@ using microllm::testing::relative_l2;
 namespace {
 
 model::ModelConfig tiny(const std::string& family) {
-  nlohmann::json j = {{"model_type", family}, {"vocab_size", 211}, {"hidden_size", 64},
-                      {"intermediate_size", 96}, {"num_hidden_layers", 2},
-                      {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-                      {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0},
-                      {"tie_word_embeddings", family != "llama"}};
+  nlohmann::json j = {{"model_type", family},     {"vocab_size", 211},
+                      {"hidden_size", 64},        {"intermediate_size", 96},
+                      {"num_hidden_layers", 2},   {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2}, {"rms_norm_eps", 1e-6},
+                      {"rope_theta", 10000.0},    {"tie_word_embeddings", family != "llama"}};
   if (family == "qwen3") j["head_dim"] = 32;
   if (family == "llama")
-    j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 32}};
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 32}};
   return model::ModelConfig::from_json(j, family);
 }
 
@@ -64,7 +67,8 @@ void check_family(const std::string& family, DType dtype) {
     for (const auto& [name, t] : cpu.parameters()) {
       const Tensor g = gpu.parameters().at(name).grad();
       ASSERT_TRUE(g.defined()) << name;
-      EXPECT_LE(max_abs_diff(g, t.grad()) / std::max(max_abs(t.grad()), 1e-12), 5e-4) << family << " " << name;
+      EXPECT_LE(max_abs_diff(g, t.grad()) / std::max(max_abs(t.grad()), 1e-12), 5e-4)
+          << family << " " << name;
     }
   } else {
     EXPECT_LE(relative_l2(gpu_logits, cpu_logits), 1e-2) << family;

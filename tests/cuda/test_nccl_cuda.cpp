@@ -230,7 +230,8 @@ TEST(NcclCommunicator, AveragesAreExactAtWorldSizeOne) {
   train::NcclCommunicator comm(train::nccl_unique_id(), 0, 1, gpu);
   Generator gen(3);
   // 2^20, the tiny model's bucket (66,112), one parameter, and sizes off every power of two.
-  for (const int64_t n : {int64_t{1} << 20, int64_t{66112}, int64_t{4096}, int64_t{4112}, int64_t{1000003}}) {
+  for (const int64_t n :
+       {int64_t{1} << 20, int64_t{66112}, int64_t{4096}, int64_t{4112}, int64_t{1000003}}) {
     std::vector<double> host(static_cast<size_t>(n));
     for (double& v : host) v = static_cast<double>(gen.next_u64() % 100000) / 777.0 - 50.0;
     const Tensor x = Tensor::from_vector(host, {n}, DType::F32, gpu);
@@ -267,7 +268,8 @@ TEST(NcclCommunicator, ZeroOneAtWorldSizeOneWithoutNccl) {
       std::string differing;
       for (const auto& [name, bytes] : a_bytes)
         if (b_bytes.at(name) != bytes) differing += " " + name;
-      EXPECT_TRUE(differing.empty()) << dtype << " step " << step << ": parameters that differ:" << differing;
+      EXPECT_TRUE(differing.empty())
+          << dtype << " step " << step << ": parameters that differ:" << differing;
     }
   }
 }
@@ -281,7 +283,8 @@ TEST(NcclCommunicator, ZeroOneF32FirstStepMatchesThePlainTrainer) {
   MICROLLM_REQUIRE_CUDA();
   const Device gpu = Device::cuda(0);
   for (const char* optimizer : {"sgd", "adamw"}) {
-    for (const auto& [overlap, bucket_mb] : {std::pair{true, 25.0}, std::pair{false, 25.0}, std::pair{true, 1e-3}}) {
+    for (const auto& [overlap, bucket_mb] :
+         {std::pair{true, 25.0}, std::pair{false, 25.0}, std::pair{true, 1e-3}}) {
       train::TrainOptions o = options(gpu, DType::F32);
       o.optimizer = optimizer;
       o.sgd.momentum = 0.0;
@@ -291,8 +294,9 @@ TEST(NcclCommunicator, ZeroOneF32FirstStepMatchesThePlainTrainer) {
       o.data_parallel.zero1 = true;
       o.data_parallel.overlap = overlap;
       o.data_parallel.bucket_mb = bucket_mb;
-      train::Trainer nccl(tiny_config(), o,
-                          std::make_shared<train::NcclCommunicator>(train::nccl_unique_id(), 0, 1, gpu));
+      train::Trainer nccl(
+          tiny_config(), o,
+          std::make_shared<train::NcclCommunicator>(train::nccl_unique_id(), 0, 1, gpu));
       const auto before = host_values(plain);
       plain.train_step(token_data());
       nccl.train_step(token_data());
@@ -306,9 +310,10 @@ TEST(NcclCommunicator, ZeroOneF32FirstStepMatchesThePlainTrainer) {
           update = std::max(update, std::abs(values[i] - before.at(name)[i]));
           count += values[i] != b.at(name)[i];
         }
-        EXPECT_EQ(count, 0) << optimizer << " overlap=" << overlap << " bucket_mb=" << bucket_mb << " " << name
-                            << ": " << count << " of " << values.size() << " differ (first at " << first
-                            << "), max |diff| " << diff << ", max |update| " << update;
+        EXPECT_EQ(count, 0) << optimizer << " overlap=" << overlap << " bucket_mb=" << bucket_mb
+                            << " " << name << ": " << count << " of " << values.size()
+                            << " differ (first at " << first << "), max |diff| " << diff
+                            << ", max |update| " << update;
       }
     }
   }

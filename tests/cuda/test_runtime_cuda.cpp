@@ -38,7 +38,8 @@ TEST(CudaAllocator, ReusesFreedBlocksOnTheSameStream) {
   EXPECT_EQ(again.raw_data(), first);
   EXPECT_EQ(after.backend_mallocs - before.backend_mallocs, 1);
   EXPECT_EQ(after.cache_hits - before.cache_hits, 1);
-  EXPECT_EQ(after.allocated_bytes - before.allocated_bytes, static_cast<int64_t>(cuda::round_size(4000000)));
+  EXPECT_EQ(after.allocated_bytes - before.allocated_bytes,
+            static_cast<int64_t>(cuda::round_size(4000000)));
 }
 
 TEST(CudaAllocator, TracksPeakAndReservedAndEmptiesCache) {
@@ -155,8 +156,7 @@ TEST(CudaCopy, FillAndZerosOnDevice) {
   f.transpose(0, 1).narrow(0, 1, 2).fill(-1.0);
   const std::vector<float> values = f.to_vector_f32();
   for (int64_t r = 0; r < 3; ++r)
-    for (int64_t c = 0; c < 5; ++c)
-      EXPECT_EQ(values[r * 5 + c], (c == 1 || c == 2) ? -1.0f : 2.5f);
+    for (int64_t c = 0; c < 5; ++c) EXPECT_EQ(values[r * 5 + c], (c == 1 || c == 2) ? -1.0f : 2.5f);
 }
 
 TEST(CudaCopy, LargeTensorRoundTrip) {

@@ -26,11 +26,13 @@ int main(int argc, char** argv) {
     const Tensor ids = io::load_npy(argv[3]);
     const std::filesystem::path out(argv[4]);
     const DType dtype = argc > 5 ? dtype_from_name(argv[5]) : DType::F32;
-    for (const char* sub : {"param", "grad", "values"}) std::filesystem::create_directories(out / sub);
+    for (const char* sub : {"param", "grad", "values"})
+      std::filesystem::create_directories(out / sub);
 
     model::Transformer m(config, Device::cpu(), dtype, seed, 0.2);
     m.set_requires_grad(true);
-    for (const auto& [name, t] : m.parameters()) io::save_npy((out / "param" / (name + ".npy")).string(), t);
+    for (const auto& [name, t] : m.parameters())
+      io::save_npy((out / "param" / (name + ".npy")).string(), t);
     const Tensor logits = m.forward(ids, Tensor(), [&](const std::string& name, const Tensor& v) {
       io::save_npy((out / "values" / (name + ".npy")).string(), v.detach());
     });

@@ -38,7 +38,8 @@ TEST(ModelConfig, PublicFixturesGiveThePublishedParameterCounts) {
   // model cards (Llama 3.2 1B: 1.24B, Qwen2.5-1.5B: 1.54B, Qwen3-0.6B: 0.6B / 0.44B
   // non-embedding), checked here to the parameter.
   EXPECT_EQ(model::parameter_count(ModelConfig::load(kFixtures + "qwen2.5-0.5b")), 494032768);
-  EXPECT_EQ(model::parameter_count(ModelConfig::load(kFixtures + "deepseek-r1-distill-qwen-1.5b")), 1777088000);
+  EXPECT_EQ(model::parameter_count(ModelConfig::load(kFixtures + "deepseek-r1-distill-qwen-1.5b")),
+            1777088000);
   EXPECT_EQ(model::parameter_count(ModelConfig::load(kFixtures + "qwen2.5-1.5b")), 1543714304);
   EXPECT_EQ(model::parameter_count(ModelConfig::load(kFixtures + "llama-3.2-1b")), 1235814400);
   const ModelConfig qwen3 = ModelConfig::load(kFixtures + "qwen3-0.6b");
@@ -76,9 +77,11 @@ TEST(ModelConfig, KvCacheBytesAndFlops) {
   int64_t vectors = 0;
   for (const auto& spec : model::parameter_specs(c))
     if (spec.shape.size() == 1) vectors += spec.shape[0];
-  EXPECT_DOUBLE_EQ(model::forward_flops_per_token(c, 0), 2.0 * static_cast<double>(model::parameter_count(c) - vectors));
+  EXPECT_DOUBLE_EQ(model::forward_flops_per_token(c, 0),
+                   2.0 * static_cast<double>(model::parameter_count(c) - vectors));
   // Each context token adds Q·Kᵀ and P·V: 4·L·H·D.
-  EXPECT_DOUBLE_EQ(model::forward_flops_per_token(c, 1) - model::forward_flops_per_token(c, 0), 4.0 * 24 * 14 * 64);
+  EXPECT_DOUBLE_EQ(model::forward_flops_per_token(c, 1) - model::forward_flops_per_token(c, 0),
+                   4.0 * 24 * 14 * 64);
 }
 
 TEST(ModelConfig, ParameterNamesFollowHuggingFace) {
@@ -106,11 +109,13 @@ TEST(ModelConfig, TransformersFiveLayoutWithRopeParameters) {
   EXPECT_EQ(c.rope_scaling.type, model::RopeScaling::Type::None);
   json linear = fixture("llama-3.2-1b");
   linear["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};
-  EXPECT_EQ(ModelConfig::from_json(linear, "linear.json").rope_scaling.type, model::RopeScaling::Type::Linear);
+  EXPECT_EQ(ModelConfig::from_json(linear, "linear.json").rope_scaling.type,
+            model::RopeScaling::Type::Linear);
 }
 
 TEST(ModelConfig, JsonRoundTrip) {
-  for (const char* name : {"qwen2.5-0.5b", "llama-3.2-1b", "qwen3-0.6b", "deepseek-r1-distill-qwen-1.5b"}) {
+  for (const char* name :
+       {"qwen2.5-0.5b", "llama-3.2-1b", "qwen3-0.6b", "deepseek-r1-distill-qwen-1.5b"}) {
     const ModelConfig a = ModelConfig::load(kFixtures + name);
     const ModelConfig b = ModelConfig::from_json(a.to_json(), "round trip");
     EXPECT_EQ(b.to_json(), a.to_json()) << name;
@@ -122,7 +127,8 @@ TEST(ModelConfig, LinearAndLlama3RopeFrequencies) {
   json j = fixture("llama-3.2-1b");
   const ModelConfig llama = ModelConfig::from_json(j, "llama");
   j["rope_scaling"] = nullptr;
-  const std::vector<float> base = model::rope_frequencies(ModelConfig::from_json(j, "plain")).to_vector_f32();
+  const std::vector<float> base =
+      model::rope_frequencies(ModelConfig::from_json(j, "plain")).to_vector_f32();
   const std::vector<float> scaled = model::rope_frequencies(llama).to_vector_f32();
   ASSERT_EQ(base.size(), 32u);
   // Short wavelengths (< 8192 / 4 = 2048 positions) keep their frequency; long ones
@@ -130,20 +136,27 @@ TEST(ModelConfig, LinearAndLlama3RopeFrequencies) {
   const double pi = 3.14159265358979323846;
   for (size_t i = 0; i < base.size(); ++i) {
     const double wavelen = 2 * pi / base[i];
-    if (wavelen < 2048) EXPECT_EQ(scaled[i], base[i]) << i;
-    else if (wavelen > 8192) EXPECT_FLOAT_EQ(scaled[i], base[i] / 32.0f) << i;
+    if (wavelen < 2048)
+      EXPECT_EQ(scaled[i], base[i]) << i;
+    else if (wavelen > 8192)
+      EXPECT_FLOAT_EQ(scaled[i], base[i] / 32.0f) << i;
     else {
       EXPECT_LT(scaled[i], base[i]) << i;
       EXPECT_GT(scaled[i], base[i] / 32.0f) << i;
     }
   }
   j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 4.0}};
-  const std::vector<float> linear = model::rope_frequencies(ModelConfig::from_json(j, "linear")).to_vector_f32();
+  const std::vector<float> linear =
+      model::rope_frequencies(ModelConfig::from_json(j, "linear")).to_vector_f32();
   for (size_t i = 0; i < base.size(); ++i) EXPECT_FLOAT_EQ(linear[i], base[i] / 4.0f);
 }
 
 TEST(ModelConfig, UnsupportedValuesAreClearErrors) {
-  struct Case { const char* field; json value; const char* expect; };
+  struct Case {
+    const char* field;
+    json value;
+    const char* expect;
+  };
   const std::vector<Case> cases = {
       {"model_type", "mistral", "model_type 'mistral' is not supported"},
       {"hidden_act", "gelu", "'hidden_act' is \"gelu\""},
@@ -153,7 +166,8 @@ TEST(ModelConfig, UnsupportedValuesAreClearErrors) {
       {"num_key_value_heads", 3, "not a multiple of num_key_value_heads 3"},
       {"hidden_size", "896", "'hidden_size' must be an integer"},
       {"vocab_size", -5, "vocab_size must be positive"},
-      {"layer_types", json::array({"sliding_attention"}), "layer_types entry \"sliding_attention\""},
+      {"layer_types", json::array({"sliding_attention"}),
+       "layer_types entry \"sliding_attention\""},
   };
   for (const Case& c : cases) {
     json j = fixture("qwen2.5-0.5b");
@@ -167,11 +181,13 @@ TEST(ModelConfig, UnsupportedValuesAreClearErrors) {
   EXPECT_NE(parse_error(llama).find("'attention_bias'"), std::string::npos);
   json missing = fixture("qwen2.5-0.5b");
   missing.erase("num_hidden_layers");
-  EXPECT_NE(parse_error(missing).find("missing required field 'num_hidden_layers'"), std::string::npos);
+  EXPECT_NE(parse_error(missing).find("missing required field 'num_hidden_layers'"),
+            std::string::npos);
   try {
     ModelConfig::load("/nonexistent/config.json");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot open /nonexistent/config.json"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("cannot open /nonexistent/config.json"),
+              std::string::npos);
   }
 }

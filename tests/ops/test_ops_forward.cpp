@@ -423,11 +423,14 @@ TEST(OpsForward, Bf16InputsGiveBf16OutputsNearF32) {
   logits.set_requires_grad(true);
   const Tensor loss32 = ops::cross_entropy(logits, ids({0, 7, 3}, {3}), -100, DType::F32);
   EXPECT_EQ(loss32.dtype(), DType::F32);
-  EXPECT_NEAR(loss32.item(), ops::cross_entropy(a.to(DType::BF16).to(DType::F32), ids({0, 7, 3}, {3})).item(), 1e-6);
+  EXPECT_NEAR(loss32.item(),
+              ops::cross_entropy(a.to(DType::BF16).to(DType::F32), ids({0, 7, 3}, {3})).item(),
+              1e-6);
   loss32.backward();
   ASSERT_TRUE(logits.grad().defined());
   EXPECT_EQ(logits.grad().dtype(), DType::BF16);
-  EXPECT_ERROR(ops::cross_entropy(a, ids({0, 7, 3}, {3}), -100, DType::I64), "cross_entropy", {"loss dtype"});
+  EXPECT_ERROR(ops::cross_entropy(a, ids({0, 7, 3}, {3}), -100, DType::I64), "cross_entropy",
+               {"loss dtype"});
 }
 
 // rope_inv_freq follows Hugging Face's F32 sequence 1 / theta^(2i/D) with each step correctly
@@ -440,7 +443,8 @@ TEST(OpsForward, RopeInvFreqRoundsEachStepCorrectly) {
       ASSERT_EQ(static_cast<int64_t>(got.size()), D / 2);
       for (int64_t i = 0; i < D / 2; ++i) {
         const float exponent = static_cast<float>(2 * i) / static_cast<float>(D);
-        const float power = static_cast<float>(std::pow(static_cast<long double>(theta), static_cast<long double>(exponent)));
+        const float power = static_cast<float>(
+            std::pow(static_cast<long double>(theta), static_cast<long double>(exponent)));
         EXPECT_EQ(got[i], 1.0f / power) << "D=" << D << " theta=" << theta << " i=" << i;
       }
     }

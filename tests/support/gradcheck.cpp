@@ -22,7 +22,8 @@ Tensor random_leaf(const Shape& shape, uint64_t seed, double mean, double std) {
                                      const GradcheckOptions& options) {
   for (const Tensor& input : inputs)
     if (input.requires_grad() && (input.dtype() != DType::F64 || !input.is_contiguous()))
-      return ::testing::AssertionFailure() << "gradcheck needs dense F64 inputs, found " << input.describe();
+      return ::testing::AssertionFailure()
+             << "gradcheck needs dense F64 inputs, found " << input.describe();
 
   // Analytic gradients of L = Σ out·W.
   Tensor out = fn(inputs);
@@ -41,7 +42,8 @@ Tensor random_leaf(const Shape& shape, uint64_t seed, double mean, double std) {
     Tensor& input = inputs[n];
     if (!input.requires_grad()) continue;
     const Tensor grad = input.grad();
-    if (!grad.defined()) return ::testing::AssertionFailure() << "input " << n << " received no gradient";
+    if (!grad.defined())
+      return ::testing::AssertionFailure() << "input " << n << " received no gradient";
     const std::vector<double> analytic = grad.to_vector_f64();
     double* x = input.data<double>();
     for (int64_t i = 0; i < input.numel(); ++i) {
@@ -58,7 +60,9 @@ Tensor random_leaf(const Shape& shape, uint64_t seed, double mean, double std) {
                  << ", numeric " << numeric << ", |diff| " << diff;
     }
   }
-  if (failed) return ::testing::AssertionFailure() << failed << " gradient elements differ:" << failures.str();
+  if (failed)
+    return ::testing::AssertionFailure()
+           << failed << " gradient elements differ:" << failures.str();
   return ::testing::AssertionSuccess();
 }
 

@@ -17,18 +17,25 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("microllm_test_" + name + "_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("microllm_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
 }
 
 model::ModelConfig tiny_config(int64_t vocab) {
-  return model::ModelConfig::from_json(
-      {{"model_type", "qwen2"}, {"vocab_size", vocab}, {"hidden_size", 32}, {"intermediate_size", 64},
-       {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-       {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0}, {"tie_word_embeddings", true}},
-      "tiny");
+  return model::ModelConfig::from_json({{"model_type", "qwen2"},
+                                        {"vocab_size", vocab},
+                                        {"hidden_size", 32},
+                                        {"intermediate_size", 64},
+                                        {"num_hidden_layers", 2},
+                                        {"num_attention_heads", 4},
+                                        {"num_key_value_heads", 2},
+                                        {"rms_norm_eps", 1e-6},
+                                        {"rope_theta", 10000.0},
+                                        {"tie_word_embeddings", true}},
+                                       "tiny");
 }
 
 // A stream where each token determines the next: a fixed random cycle through the vocabulary.
@@ -36,7 +43,8 @@ std::vector<uint32_t> cycle_stream(int64_t vocab, int64_t length, uint64_t seed)
   std::vector<uint32_t> order(static_cast<size_t>(vocab));
   for (int64_t i = 0; i < vocab; ++i) order[i] = static_cast<uint32_t>(i);
   Generator gen(seed);
-  for (int64_t i = vocab - 1; i > 0; --i) std::swap(order[i], order[gen.next_u64() % static_cast<uint64_t>(i + 1)]);
+  for (int64_t i = vocab - 1; i > 0; --i)
+    std::swap(order[i], order[gen.next_u64() % static_cast<uint64_t>(i + 1)]);
   std::vector<uint32_t> tokens(static_cast<size_t>(length));
   for (int64_t i = 0; i < length; ++i) tokens[i] = order[i % vocab];
   return tokens;
@@ -55,8 +63,10 @@ std::string error_of(const std::function<void()>& fn) {
 
 TEST(Sha256, Fips180Vectors) {
   // FIPS 180-2 appendix B examples.
-  EXPECT_EQ(io::sha256_hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  EXPECT_EQ(io::sha256_hex("", 0), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(io::sha256_hex("abc", 3),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(io::sha256_hex("", 0),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   const std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
   EXPECT_EQ(io::sha256_hex(two_blocks.data(), two_blocks.size()),
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
@@ -64,7 +74,8 @@ TEST(Sha256, Fips180Vectors) {
   const std::string chunk(999, 'a');
   for (int i = 0; i < 1001; ++i) million.update(chunk.data(), chunk.size());
   million.update(chunk.data(), 1000000 - 999 * 1001);
-  EXPECT_EQ(million.hex_digest(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  EXPECT_EQ(million.hex_digest(),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
 TEST(TokenFile, RoundTripAndEveryCorruption) {
@@ -77,9 +88,13 @@ TEST(TokenFile, RoundTripAndEveryCorruption) {
   EXPECT_EQ(f.vocab_size, 100);
   EXPECT_EQ(f.sha256, io::sha256_hex(tokens.data(), tokens.size() * 4));
   // Ids beyond the model's vocabulary.
-  EXPECT_NE(error_of([&] { train::load_token_file(path, 50); }).find("token 99 at position 2"), std::string::npos);
+  EXPECT_NE(error_of([&] { train::load_token_file(path, 50); }).find("token 99 at position 2"),
+            std::string::npos);
   // Writing ids beyond the declared vocabulary.
-  EXPECT_NE(error_of([&] { train::write_token_file(path, {1, 200}, 100); }).find("token 200"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              train::write_token_file(path, {1, 200}, 100);
+            }).find("token 200"),
+            std::string::npos);
   // Tampered data: the hash no longer matches.
   {
     std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -87,22 +102,27 @@ TEST(TokenFile, RoundTripAndEveryCorruption) {
     const uint32_t other = 1;
     io.write(reinterpret_cast<const char*>(&other), 4);
   }
-  EXPECT_NE(error_of([&] { train::load_token_file(path, 100); }).find("SHA-256"), std::string::npos);
+  EXPECT_NE(error_of([&] { train::load_token_file(path, 100); }).find("SHA-256"),
+            std::string::npos);
   // Truncated data: count and size disagree.
   fs::resize_file(path, 8);
-  EXPECT_NE(error_of([&] { train::load_token_file(path, 100); }).find("manifest's count 5"), std::string::npos);
+  EXPECT_NE(error_of([&] { train::load_token_file(path, 100); }).find("manifest's count 5"),
+            std::string::npos);
   // Missing manifest.
   fs::remove(path + ".json");
-  EXPECT_NE(error_of([&] { train::load_token_file(path, 100); }).find("missing manifest"), std::string::npos);
+  EXPECT_NE(error_of([&] { train::load_token_file(path, 100); }).find("missing manifest"),
+            std::string::npos);
   fs::remove_all(dir);
 }
 
 TEST(Schedule, WarmupThenCosine) {
   EXPECT_DOUBLE_EQ(train::warmup_cosine_lr(1, 10, 110, 1.0, 0.1), 0.1);
   EXPECT_DOUBLE_EQ(train::warmup_cosine_lr(10, 10, 110, 1.0, 0.1), 1.0);
-  EXPECT_NEAR(train::warmup_cosine_lr(60, 10, 110, 1.0, 0.1), 0.55, 1e-12);  // halfway: mean of peak and floor
+  EXPECT_NEAR(train::warmup_cosine_lr(60, 10, 110, 1.0, 0.1), 0.55,
+              1e-12);  // halfway: mean of peak and floor
   EXPECT_NEAR(train::warmup_cosine_lr(110, 10, 110, 1.0, 0.1), 0.1, 1e-12);
-  EXPECT_DOUBLE_EQ(train::warmup_cosine_lr(5, 0, 5, 2.0, 0.0), 0.0 + 0.5 * 2.0 * (1.0 + std::cos(M_PI)));
+  EXPECT_DOUBLE_EQ(train::warmup_cosine_lr(5, 0, 5, 2.0, 0.0),
+                   0.0 + 0.5 * 2.0 * (1.0 + std::cos(M_PI)));
 }
 
 TEST(Optimizer, AdamWAndSgdFollowTheTextbookUpdates) {
@@ -127,7 +147,8 @@ TEST(Optimizer, AdamWAndSgdFollowTheTextbookUpdates) {
       for (size_t i = 0; i < t.size(); ++i) {
         m[i] = 0.9 * m[i] + 0.1 * g[i];
         v[i] = 0.99 * v[i] + 0.01 * g[i] * g[i];
-        const double mhat = m[i] / (1 - std::pow(0.9, step)), vhat = v[i] / (1 - std::pow(0.99, step));
+        const double mhat = m[i] / (1 - std::pow(0.9, step)),
+                     vhat = v[i] / (1 - std::pow(0.99, step));
         if (decay) t[i] *= 1 - lr * 0.1;
         t[i] -= lr * mhat / (std::sqrt(vhat) + 1e-8);
       }
@@ -183,8 +204,8 @@ TEST(Trainer, TinyModelLearnsADeterministicCycle) {
   double last = 0;
   while (trainer.step() < o.steps) last = trainer.train_step(data).loss;
   const double after = trainer.evaluate(data, 2);
-  EXPECT_GT(before, 2.0);   // about ln 16 = 2.77 at the start
-  EXPECT_LT(after, 0.05);   // each token determines the next
+  EXPECT_GT(before, 2.0);  // about ln 16 = 2.77 at the start
+  EXPECT_LT(after, 0.05);  // each token determines the next
   EXPECT_LT(last, 0.1);
   fs::remove_all(dir);
 }
@@ -215,7 +236,8 @@ TEST(Trainer, GradientAccumulationEqualsOneLargerBatch) {
     accumulated.train_step(data);
   }
   for (const auto& [name, p] : big.model().parameters()) {
-    const std::vector<double> x = p.to_vector_f64(), y = accumulated.model().parameters().at(name).to_vector_f64();
+    const std::vector<double> x = p.to_vector_f64(),
+                              y = accumulated.model().parameters().at(name).to_vector_f64();
     for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], y[i], 1e-5) << name << " " << i;
   }
   fs::remove_all(dir);
@@ -246,7 +268,8 @@ TEST(Trainer, ResumeContinuesBitForBit) {
 
   for (const auto& [name, p] : straight.model().parameters()) {
     const Tensor q = second.model().parameters().at(name);
-    ASSERT_EQ(std::memcmp(p.raw_data(), q.raw_data(), p.nbytes()), 0) << name << " differs after resume";
+    ASSERT_EQ(std::memcmp(p.raw_data(), q.raw_data(), p.nbytes()), 0)
+        << name << " differs after resume";
   }
   // A checkpoint from a run of another shape is refused.
   train::TrainOptions other = o;

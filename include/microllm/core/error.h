@@ -36,8 +36,8 @@ std::string error_message(const Args&... args) {
 }  // namespace microllm
 
 // MICROLLM_CHECK(cond, op, parts...) throws microllm::Error(op, parts...) when cond is false.
-#define MICROLLM_CHECK(cond, op, ...)                                              \
-  do {                                                                             \
+#define MICROLLM_CHECK(cond, op, ...)                                                           \
+  do {                                                                                          \
     if (!(cond)) throw ::microllm::Error((op), ::microllm::detail::error_message(__VA_ARGS__)); \
   } while (0)
 

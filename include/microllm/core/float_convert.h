@@ -18,7 +18,8 @@ inline float bf16_bits_to_f32(uint16_t bits) {
 
 inline uint16_t f32_to_bf16_bits(float value) {
   uint32_t u = std::bit_cast<uint32_t>(value);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
   // Add half an ulp of BF16, plus one if the kept part is odd (ties to even), then truncate.
   uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>((u + rounding) >> 16);

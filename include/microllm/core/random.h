@@ -15,7 +15,10 @@ class Generator {
 
   uint64_t seed() const { return seed_; }
   uint64_t offset() const { return offset_; }  // number of 64-bit draws so far
-  void set_state(uint64_t seed, uint64_t offset) { seed_ = seed; offset_ = offset; }
+  void set_state(uint64_t seed, uint64_t offset) {
+    seed_ = seed;
+    offset_ = offset;
+  }
 
   uint64_t next_u64();
   double next_uniform();  // [0, 1), 53 random bits

@@ -83,7 +83,7 @@ class Tensor {
   Tensor transpose(int64_t dim0, int64_t dim1) const;
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   Tensor slice(int64_t dim, int64_t start, int64_t end) const;  // [start, end)
-  Tensor expand(const Shape& shape) const;                       // size-1 dims → stride 0
+  Tensor expand(const Shape& shape) const;                      // size-1 dims → stride 0
   Tensor squeeze(int64_t dim) const;
   Tensor unsqueeze(int64_t dim) const;
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
@@ -141,7 +141,8 @@ struct AutogradMeta {
   std::weak_ptr<autograd::Node> accumulator;  // the leaf's AccumulateGrad node, made lazily
   // Called after a backward pass has finished accumulating into `grad` (leaves; see
   // autograd::register_post_accumulate_grad_hook), with the hook's id for removal.
-  std::vector<std::pair<int64_t, std::function<void(const Tensor& leaf)>>> post_accumulate_grad_hooks;
+  std::vector<std::pair<int64_t, std::function<void(const Tensor& leaf)>>>
+      post_accumulate_grad_hooks;
 };
 
 struct TensorImpl {

@@ -22,10 +22,10 @@ struct AllocatorStats {
   int64_t peak_allocated_bytes = 0;  // since start or reset_peak_stats
   int64_t reserved_bytes = 0;        // obtained from cudaMalloc and not yet returned
   int64_t peak_reserved_bytes = 0;
-  int64_t allocations = 0;           // requests served
-  int64_t cache_hits = 0;            // requests served from the cache
-  int64_t backend_mallocs = 0;       // cudaMalloc calls
-  int64_t backend_frees = 0;         // cudaFree calls
+  int64_t allocations = 0;      // requests served
+  int64_t cache_hits = 0;       // requests served from the cache
+  int64_t backend_mallocs = 0;  // cudaMalloc calls
+  int64_t backend_frees = 0;    // cudaFree calls
 };
 
 void* allocate(size_t nbytes, Device device);

@@ -8,25 +8,27 @@
 #include "microllm/core/error.h"
 
 namespace microllm::cuda::detail {
-[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
-[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);
+[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file,
+                                   int line);
+[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file,
+                                     int line);
 // After a kernel launch: the launch error always; in debug builds (or with
 // MICROLLM_CUDA_SYNC_CHECK=1) also a stream synchronization so faults surface at the launch.
 void check_launch(const char* kernel, const char* file, int line);
 }  // namespace microllm::cuda::detail
 
-#define CUDA_CHECK(call)                                                                 \
-  do {                                                                                   \
-    cudaError_t status_ = (call);                                                        \
-    if (status_ != cudaSuccess)                                                          \
-      ::microllm::cuda::detail::throw_cuda_error(status_, #call, __FILE__, __LINE__);    \
+#define CUDA_CHECK(call)                                                              \
+  do {                                                                                \
+    cudaError_t status_ = (call);                                                     \
+    if (status_ != cudaSuccess)                                                       \
+      ::microllm::cuda::detail::throw_cuda_error(status_, #call, __FILE__, __LINE__); \
   } while (0)
 
-#define CUBLAS_CHECK(call)                                                               \
-  do {                                                                                   \
-    cublasStatus_t status_ = (call);                                                     \
-    if (status_ != CUBLAS_STATUS_SUCCESS)                                                \
-      ::microllm::cuda::detail::throw_cublas_error(status_, #call, __FILE__, __LINE__);  \
+#define CUBLAS_CHECK(call)                                                              \
+  do {                                                                                  \
+    cublasStatus_t status_ = (call);                                                    \
+    if (status_ != CUBLAS_STATUS_SUCCESS)                                               \
+      ::microllm::cuda::detail::throw_cublas_error(status_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // Checks the last error after a <<<...>>> launch; `name` names the kernel in the message.

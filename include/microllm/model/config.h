@@ -23,28 +23,28 @@ enum class Family { Qwen2, Llama, Qwen3 };
 struct RopeScaling {
   enum class Type { None, Linear, Llama3 };
   Type type = Type::None;
-  double factor = 1.0;                       // linear and llama3
-  double low_freq_factor = 1.0;              // llama3
-  double high_freq_factor = 4.0;             // llama3
+  double factor = 1.0;                              // linear and llama3
+  double low_freq_factor = 1.0;                     // llama3
+  double high_freq_factor = 4.0;                    // llama3
   int64_t original_max_position_embeddings = 8192;  // llama3
 };
 
 struct ModelConfig {
   Family family = Family::Qwen2;
-  int64_t vocab_size = 0;               // V
-  int64_t hidden_size = 0;              // C
-  int64_t intermediate_size = 0;        // F
-  int64_t num_layers = 0;               // L
-  int64_t num_heads = 0;                // H
-  int64_t num_kv_heads = 0;             // Hkv
-  int64_t head_dim = 0;                 // D (explicit in llama 3.2 / qwen3, else C / H)
+  int64_t vocab_size = 0;         // V
+  int64_t hidden_size = 0;        // C
+  int64_t intermediate_size = 0;  // F
+  int64_t num_layers = 0;         // L
+  int64_t num_heads = 0;          // H
+  int64_t num_kv_heads = 0;       // Hkv
+  int64_t head_dim = 0;           // D (explicit in llama 3.2 / qwen3, else C / H)
   int64_t max_position_embeddings = 0;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   double rms_norm_eps = 1e-6;
-  bool tie_word_embeddings = false;     // LM head shares the embedding matrix
-  bool qkv_bias = false;                // qwen2: q/k/v projections have biases
-  bool qk_norm = false;                 // qwen3: RMSNorm over D on q and k before RoPE
+  bool tie_word_embeddings = false;  // LM head shares the embedding matrix
+  bool qkv_bias = false;             // qwen2: q/k/v projections have biases
+  bool qk_norm = false;              // qwen3: RMSNorm over D on q and k before RoPE
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
 
@@ -54,7 +54,7 @@ struct ModelConfig {
   // A Hugging Face config.json (transformers 4 layout) that from_json reads back unchanged.
   nlohmann::json to_json() const;
 
-  const char* model_type() const;  // "qwen2", "llama", "qwen3"
+  const char* model_type() const;                             // "qwen2", "llama", "qwen3"
   int64_t q_dim() const { return num_heads * head_dim; }      // H·D
   int64_t kv_dim() const { return num_kv_heads * head_dim; }  // Hkv·D
   // Checks the numbers are consistent (positive, H % Hkv == 0, D even, ...).

@@ -3,8 +3,8 @@
 // Reference algorithm: S = Q·Kᵀ·scale, mask keys whose position is after the query's,
 // P = softmax(S) in F32 (F64 for F64 inputs), O = P·V. Query head h reads KV head
 // h / (H / Hkv). A query that sees no key (possible with explicit positions) gets an output
-// of zeros and zero gradients, where a plain softmax over −inf would give NaN. This interface (Q, K, V, causal, scale, positions) is the one every
-// attention backend keeps.
+// of zeros and zero gradients, where a plain softmax over −inf would give NaN. This interface (Q,
+// K, V, causal, scale, positions) is the one every attention backend keeps.
 #pragma once
 
 #include <cmath>

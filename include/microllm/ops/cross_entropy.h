@@ -13,6 +13,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // The same with the loss returned in `loss_dtype`. The loss is computed in F32 (F64 for F64
 // logits) either way; asking for F32 with BF16 logits keeps that precision instead of
 // rounding it to BF16 (what Hugging Face's causal-LM loss gives by upcasting the logits).
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, DType loss_dtype);
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                     DType loss_dtype);
 
 }  // namespace microllm::ops

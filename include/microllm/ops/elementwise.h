@@ -14,9 +14,9 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
 
 Tensor neg(const Tensor& x);
-Tensor scale(const Tensor& x, double factor);    // x · factor
+Tensor scale(const Tensor& x, double factor);      // x · factor
 Tensor add_scalar(const Tensor& x, double value);  // x + value
-Tensor pow(const Tensor& x, double exponent);    // x^exponent
+Tensor pow(const Tensor& x, double exponent);      // x^exponent
 Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
 Tensor sqrt(const Tensor& x);

@@ -78,7 +78,9 @@ class AdamW final : public Optimizer {
   void step(double lr) override;
   NamedTensors state() const override;
   void load_state(const std::map<std::string, Tensor>& tensors, int64_t steps) override;
-  std::vector<std::string> state_prefixes() const override { return {"master", "exp_avg", "exp_avg_sq"}; }
+  std::vector<std::string> state_prefixes() const override {
+    return {"master", "exp_avg", "exp_avg_sq"};
+  }
 
  private:
   void init_state();
@@ -107,7 +109,8 @@ class Sgd final : public Optimizer {
 };
 
 // "adamw" or "sgd" over `params`; another name is an Error.
-std::unique_ptr<Optimizer> make_optimizer(const std::string& kind, const std::vector<OptimizerParam>& params,
+std::unique_ptr<Optimizer> make_optimizer(const std::string& kind,
+                                          const std::vector<OptimizerParam>& params,
                                           const AdamWOptions& adamw, const SgdOptions& sgd);
 // Named parameters in map order, weight decay on those of rank ≥ 2.
 std::vector<OptimizerParam> optimizer_params(const std::map<std::string, Tensor>& params);

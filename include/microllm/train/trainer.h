@@ -25,26 +25,26 @@
 namespace microllm::train {
 
 struct TrainOptions {
-  int64_t steps = 100;           // total optimizer steps of the run
-  int64_t batch = 8;             // sequences per micro-batch (B)
-  int64_t seq = 128;             // tokens per sequence (T)
-  int64_t grad_accum = 1;        // micro-batches per optimizer step
-  double lr = 3e-4;              // peak learning rate
-  double min_lr_ratio = 0.1;     // cosine floor as a fraction of lr
-  int64_t warmup = 0;            // linear warmup steps
+  int64_t steps = 100;              // total optimizer steps of the run
+  int64_t batch = 8;                // sequences per micro-batch (B)
+  int64_t seq = 128;                // tokens per sequence (T)
+  int64_t grad_accum = 1;           // micro-batches per optimizer step
+  double lr = 3e-4;                 // peak learning rate
+  double min_lr_ratio = 0.1;        // cosine floor as a fraction of lr
+  int64_t warmup = 0;               // linear warmup steps
   std::string optimizer = "adamw";  // adamw | sgd
   AdamWOptions adamw;
   SgdOptions sgd;
-  double grad_clip = 1.0;        // global L2 norm; ≤ 0 disables
-  uint64_t seed = 0;             // parameters and data order
+  double grad_clip = 1.0;  // global L2 norm; ≤ 0 disables
+  uint64_t seed = 0;       // parameters and data order
   Device device = Device::cpu();
-  DType dtype = DType::F32;      // model compute dtype (F32 or BF16)
+  DType dtype = DType::F32;           // model compute dtype (F32 or BF16)
   DataParallelOptions data_parallel;  // used when the trainer gets a communicator
 };
 
 struct StepStats {
   int64_t step = 0;
-  double loss = 0;       // mean over the micro-batches
+  double loss = 0;  // mean over the micro-batches
   double lr = 0;
   double grad_norm = 0;  // before clipping
   double seconds = 0;    // wall time of the step, device work included
@@ -72,7 +72,8 @@ class Trainer {
  public:
   // Without `comm` (or before any data parallelism): one process. With `comm`: one rank of
   // data-parallel training; rank 0's initial parameters are broadcast to every rank.
-  Trainer(const model::ModelConfig& config, TrainOptions options, std::shared_ptr<Communicator> comm = nullptr);
+  Trainer(const model::ModelConfig& config, TrainOptions options,
+          std::shared_ptr<Communicator> comm = nullptr);
   ~Trainer();
 
   model::Transformer& model() { return *model_; }
@@ -109,7 +110,7 @@ class Trainer {
   std::unique_ptr<model::Transformer> model_;
   std::unique_ptr<DataParallel> dp_;  // after model_: destroyed first, removing its hooks
   std::unique_ptr<Optimizer> optimizer_;
-  ZeroOptimizer* zero_ = nullptr;     // optimizer_ when ZeRO-1 is on
+  ZeroOptimizer* zero_ = nullptr;  // optimizer_ when ZeRO-1 is on
   StageTimer timer_;
   int64_t step_ = 0;
 };

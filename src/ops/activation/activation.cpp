@@ -34,13 +34,14 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   Tensor y = Tensor::empty(gc.shape(), gc.dtype(), gate.device());
   MICROLLM_KERNEL(gate.device(), swiglu_forward, gc, uc, y);
   Tensor out = y.to(gate.dtype());
-  autograd::record("swiglu", {gate, up}, {&out}, [gc, uc, dtype = gate.dtype()](const std::vector<Tensor>& g) {
-    const Tensor dy = detail::compute_operand(g[0].to(gc.dtype()));
-    Tensor dgate = Tensor::empty(gc.shape(), gc.dtype(), gc.device());
-    Tensor dup = Tensor::empty(gc.shape(), gc.dtype(), gc.device());
-    MICROLLM_KERNEL(gc.device(), swiglu_backward, gc, uc, dy, dgate, dup);
-    return std::vector<Tensor>{dgate.to(dtype), dup.to(dtype)};
-  });
+  autograd::record("swiglu", {gate, up}, {&out},
+                   [gc, uc, dtype = gate.dtype()](const std::vector<Tensor>& g) {
+                     const Tensor dy = detail::compute_operand(g[0].to(gc.dtype()));
+                     Tensor dgate = Tensor::empty(gc.shape(), gc.dtype(), gc.device());
+                     Tensor dup = Tensor::empty(gc.shape(), gc.dtype(), gc.device());
+                     MICROLLM_KERNEL(gc.device(), swiglu_backward, gc, uc, dy, dgate, dup);
+                     return std::vector<Tensor>{dgate.to(dtype), dup.to(dtype)};
+                   });
   return out;
 }
 

@@ -8,7 +8,9 @@
 namespace microllm::ops {
 namespace {
 template <class T>
-T sigmoid(T x) { return T(1) / (T(1) + std::exp(-x)); }
+T sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
 template <class T>
 T silu_grad(T x) {
   const T s = sigmoid(x);

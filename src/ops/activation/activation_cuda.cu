@@ -49,7 +49,6 @@ __device__ __forceinline__ void apply_activation(float a, float b, float c, floa
   }
 }
 
-
 // a, b, c, out0, out1 (n); operands the op does not use may be null. `vec`: every used
 // pointer is 16-byte aligned.
 template <class T, int kOp>

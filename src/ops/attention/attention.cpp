@@ -26,7 +26,8 @@ Tensor positions_or_default(const Tensor& given, int64_t n, int64_t start, const
 
 }  // namespace
 
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) {
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                 const AttentionOptions& options) {
   detail::check_floating("attention", q, "q");
   detail::check_floating("attention", k, "k");
   detail::check_floating("attention", v, "v");
@@ -46,10 +47,13 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
                  " are not a multiple of KV heads ", Hkv, " (q ", q.describe(), ", k ",
                  k.describe(), ")");
   MICROLLM_CHECK(D > 0, "attention", "head dimension is 0 in q ", q.describe());
-  const double scale = std::isnan(options.scale) ? 1.0 / std::sqrt(static_cast<double>(D)) : options.scale;
+  const double scale =
+      std::isnan(options.scale) ? 1.0 / std::sqrt(static_cast<double>(D)) : options.scale;
   MICROLLM_CHECK(T <= S || options.q_positions.defined(), "attention", "q has ", T,
-                 " queries but k has only ", S, " keys; default positions place the queries at the "
-                 "last T keys, so pass q_positions (q ", q.describe(), ", k ", k.describe(), ")");
+                 " queries but k has only ", S,
+                 " keys; default positions place the queries at the "
+                 "last T keys, so pass q_positions (q ",
+                 q.describe(), ", k ", k.describe(), ")");
   const Device device = q.device();
   const Tensor q_pos = positions_or_default(options.q_positions, T, S - T, "q_positions", device);
   const Tensor k_pos = positions_or_default(options.k_positions, S, 0, "k_positions", device);
@@ -58,8 +62,9 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   const Tensor qc = detail::compute_operand(q.detach());
   const Tensor kc = detail::compute_operand(k.detach());
   const Tensor vc = detail::compute_operand(v.detach());
-  Tensor out = Tensor::empty(qc.shape(), qc.dtype(), device);                           // (B, H, T, D)
-  Tensor probs = Tensor::empty({B, H, T, S}, detail::stat_dtype(qc.dtype()), device);   // (B, H, T, S)
+  Tensor out = Tensor::empty(qc.shape(), qc.dtype(), device);  // (B, H, T, D)
+  Tensor probs =
+      Tensor::empty({B, H, T, S}, detail::stat_dtype(qc.dtype()), device);  // (B, H, T, S)
   MICROLLM_KERNEL(device, attention_forward, shape, qc, kc, vc, q_pos, k_pos, out, probs);
   out = out.to(q.dtype());
   autograd::record("attention", {q, k, v}, {&out},
@@ -68,7 +73,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
                      Tensor dq = Tensor::empty(qc.shape(), qc.dtype(), qc.device());
                      Tensor dk = Tensor::empty(kc.shape(), kc.dtype(), kc.device());
                      Tensor dv = Tensor::empty(vc.shape(), vc.dtype(), vc.device());
-                     MICROLLM_KERNEL(qc.device(), attention_backward, shape, qc, kc, vc, probs, dout, dq, dk, dv);
+                     MICROLLM_KERNEL(qc.device(), attention_backward, shape, qc, kc, vc, probs,
+                                     dout, dq, dk, dv);
                      return std::vector<Tensor>{dq.to(dtype), dk.to(dtype), dv.to(dtype)};
                    });
   return out;

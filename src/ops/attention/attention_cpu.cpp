@@ -56,10 +56,12 @@ void attention_forward_cpu(const AttentionShape& s, const Tensor& q, const Tenso
             }
             double total = 0.0;
             for (int64_t j = 0; j < s.S; ++j) total += std::exp(scores[j] - row_max);
-            for (int64_t j = 0; j < s.S; ++j) prow[j] = static_cast<T>(std::exp(scores[j] - row_max) / total);
+            for (int64_t j = 0; j < s.S; ++j)
+              prow[j] = static_cast<T>(std::exp(scores[j] - row_max) / total);
             for (int64_t d = 0; d < s.D; ++d) {
               double acc = 0.0;
-              for (int64_t j = 0; j < s.S; ++j) acc += static_cast<double>(prow[j]) * vh[j * s.D + d];
+              for (int64_t j = 0; j < s.S; ++j)
+                acc += static_cast<double>(prow[j]) * vh[j * s.D + d];
               orow[d] = static_cast<T>(acc);
             }
           }
@@ -97,10 +99,12 @@ void attention_backward_cpu(const AttentionShape& s, const Tensor& q, const Tens
             double p_dot_dp = 0.0;  // Σ_j P·dP
             for (int64_t j = 0; j < s.S; ++j) {
               double dp = 0.0;
-              for (int64_t d = 0; d < s.D; ++d) dp += static_cast<double>(dorow[d]) * pv[kv_base + j * s.D + d];
+              for (int64_t d = 0; d < s.D; ++d)
+                dp += static_cast<double>(dorow[d]) * pv[kv_base + j * s.D + d];
               dscore[j] = dp;
               p_dot_dp += dp * prow[j];
-              for (int64_t d = 0; d < s.D; ++d) dv_acc[j * s.D + d] += static_cast<double>(prow[j]) * dorow[d];
+              for (int64_t d = 0; d < s.D; ++d)
+                dv_acc[j * s.D + d] += static_cast<double>(prow[j]) * dorow[d];
             }
             for (int64_t d = 0; d < s.D; ++d) pdq[row * s.D + d] = T(0);
             std::vector<double> dq_acc(static_cast<size_t>(s.D), 0.0);

@@ -22,7 +22,6 @@ namespace {
 
 using namespace cuda_detail;
 
-
 template <class T, class I>
 __global__ void __launch_bounds__(1024)
     cross_entropy_rows_kernel(const T* logits, const I* targets, int64_t rows, int64_t V,
@@ -69,10 +68,11 @@ __global__ void __launch_bounds__(1024)
     const int64_t t = static_cast<int64_t>(targets[r]);
     const bool ignored = t == ignore_index;
     const float row_lse = lse[r];
-    transform_row(logits + r * V, dlogits + r * V, V, vec, row_group<false>(), [&](int64_t v, float x) {
-      if (ignored) return 0.0f;
-      return scale * (expf(x - row_lse) - (v == t ? 1.0f : 0.0f));
-    });
+    transform_row(logits + r * V, dlogits + r * V, V, vec, row_group<false>(),
+                  [&](int64_t v, float x) {
+                    if (ignored) return 0.0f;
+                    return scale * (expf(x - row_lse) - (v == t ? 1.0f : 0.0f));
+                  });
   }
 }
 

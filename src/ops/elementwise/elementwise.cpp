@@ -11,24 +11,36 @@ namespace {
 
 const char* binary_name(BinaryOp op) {
   switch (op) {
-    case BinaryOp::Add: return "add";
-    case BinaryOp::Sub: return "sub";
-    case BinaryOp::Mul: return "mul";
-    case BinaryOp::Div: return "div";
+    case BinaryOp::Add:
+      return "add";
+    case BinaryOp::Sub:
+      return "sub";
+    case BinaryOp::Mul:
+      return "mul";
+    case BinaryOp::Div:
+      return "div";
   }
   return "binary";
 }
 
 const char* unary_name(UnaryOp op) {
   switch (op) {
-    case UnaryOp::Neg: return "neg";
-    case UnaryOp::Scale: return "scale";
-    case UnaryOp::AddScalar: return "add_scalar";
-    case UnaryOp::Pow: return "pow";
-    case UnaryOp::Exp: return "exp";
-    case UnaryOp::Log: return "log";
-    case UnaryOp::Sqrt: return "sqrt";
-    case UnaryOp::Rsqrt: return "rsqrt";
+    case UnaryOp::Neg:
+      return "neg";
+    case UnaryOp::Scale:
+      return "scale";
+    case UnaryOp::AddScalar:
+      return "add_scalar";
+    case UnaryOp::Pow:
+      return "pow";
+    case UnaryOp::Exp:
+      return "exp";
+    case UnaryOp::Log:
+      return "log";
+    case UnaryOp::Sqrt:
+      return "sqrt";
+    case UnaryOp::Rsqrt:
+      return "rsqrt";
   }
   return "unary";
 }
@@ -61,45 +73,49 @@ Tensor unary_compute(UnaryOp op, double param, const Tensor& x) {
 
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = binary_compute(BinaryOp::Add, a, b);
-  autograd::record("add", {a, b}, {&out}, [sa = a.shape(), sb = b.shape()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{sum_to_shape(g[0], sa), sum_to_shape(g[0], sb)};
-  });
+  autograd::record("add", {a, b}, {&out},
+                   [sa = a.shape(), sb = b.shape()](const std::vector<Tensor>& g) {
+                     return std::vector<Tensor>{sum_to_shape(g[0], sa), sum_to_shape(g[0], sb)};
+                   });
   return out;
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = binary_compute(BinaryOp::Sub, a, b);
-  autograd::record("sub", {a, b}, {&out}, [sa = a.shape(), sb = b.shape()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{sum_to_shape(g[0], sa), sum_to_shape(neg(g[0]), sb)};
-  });
+  autograd::record(
+      "sub", {a, b}, {&out}, [sa = a.shape(), sb = b.shape()](const std::vector<Tensor>& g) {
+        return std::vector<Tensor>{sum_to_shape(g[0], sa), sum_to_shape(neg(g[0]), sb)};
+      });
   return out;
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = binary_compute(BinaryOp::Mul, a, b);
-  autograd::record("mul", {a, b}, {&out}, [a = a.detach(), b = b.detach()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{sum_to_shape(mul(g[0], b), a.shape()),
-                               sum_to_shape(mul(g[0], a), b.shape())};
-  });
+  autograd::record("mul", {a, b}, {&out},
+                   [a = a.detach(), b = b.detach()](const std::vector<Tensor>& g) {
+                     return std::vector<Tensor>{sum_to_shape(mul(g[0], b), a.shape()),
+                                                sum_to_shape(mul(g[0], a), b.shape())};
+                   });
   return out;
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
   Tensor out = binary_compute(BinaryOp::Div, a, b);
-  autograd::record("div", {a, b}, {&out}, [a = a.detach(), b = b.detach()](const std::vector<Tensor>& g) {
-    // d(a/b)/da = 1/b; d(a/b)/db = -a/b²
-    Tensor grad_a = div(g[0], b);
-    Tensor grad_b = neg(div(mul(grad_a, a), b));
-    return std::vector<Tensor>{sum_to_shape(grad_a, a.shape()), sum_to_shape(grad_b, b.shape())};
-  });
+  autograd::record("div", {a, b}, {&out},
+                   [a = a.detach(), b = b.detach()](const std::vector<Tensor>& g) {
+                     // d(a/b)/da = 1/b; d(a/b)/db = -a/b²
+                     Tensor grad_a = div(g[0], b);
+                     Tensor grad_b = neg(div(mul(grad_a, a), b));
+                     return std::vector<Tensor>{sum_to_shape(grad_a, a.shape()),
+                                                sum_to_shape(grad_b, b.shape())};
+                   });
   return out;
 }
 
 Tensor neg(const Tensor& x) {
   Tensor out = unary_compute(UnaryOp::Neg, 0.0, x);
-  autograd::record("neg", {x}, {&out}, [](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{neg(g[0])};
-  });
+  autograd::record("neg", {x}, {&out},
+                   [](const std::vector<Tensor>& g) { return std::vector<Tensor>{neg(g[0])}; });
   return out;
 }
 
@@ -113,9 +129,8 @@ Tensor scale(const Tensor& x, double factor) {
 
 Tensor add_scalar(const Tensor& x, double value) {
   Tensor out = unary_compute(UnaryOp::AddScalar, value, x);
-  autograd::record("add_scalar", {x}, {&out}, [](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{g[0]};
-  });
+  autograd::record("add_scalar", {x}, {&out},
+                   [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
   return out;
 }
 
@@ -123,7 +138,8 @@ Tensor pow(const Tensor& x, double exponent) {
   Tensor out = unary_compute(UnaryOp::Pow, exponent, x);
   autograd::record("pow", {x}, {&out}, [x = x.detach(), exponent](const std::vector<Tensor>& g) {
     // d(x^p)/dx = p · x^(p-1); zero for p = 0 (x^-1 would give 0·inf = NaN at x = 0).
-    if (exponent == 0.0) return std::vector<Tensor>{Tensor::zeros(x.shape(), g[0].dtype(), g[0].device())};
+    if (exponent == 0.0)
+      return std::vector<Tensor>{Tensor::zeros(x.shape(), g[0].dtype(), g[0].device())};
     return std::vector<Tensor>{mul(g[0], scale(pow(x, exponent - 1.0), exponent))};
   });
   return out;

@@ -11,10 +11,14 @@ namespace {
 template <class T>
 T apply_binary(BinaryOp op, T a, T b) {
   switch (op) {
-    case BinaryOp::Add: return a + b;
-    case BinaryOp::Sub: return a - b;
-    case BinaryOp::Mul: return a * b;
-    case BinaryOp::Div: return a / b;
+    case BinaryOp::Add:
+      return a + b;
+    case BinaryOp::Sub:
+      return a - b;
+    case BinaryOp::Mul:
+      return a * b;
+    case BinaryOp::Div:
+      return a / b;
   }
   return T(0);
 }
@@ -22,14 +26,22 @@ T apply_binary(BinaryOp op, T a, T b) {
 template <class T>
 T apply_unary(UnaryOp op, T param, T x) {
   switch (op) {
-    case UnaryOp::Neg: return -x;
-    case UnaryOp::Scale: return x * param;
-    case UnaryOp::AddScalar: return x + param;
-    case UnaryOp::Pow: return std::pow(x, param);
-    case UnaryOp::Exp: return std::exp(x);
-    case UnaryOp::Log: return std::log(x);
-    case UnaryOp::Sqrt: return std::sqrt(x);
-    case UnaryOp::Rsqrt: return T(1) / std::sqrt(x);
+    case UnaryOp::Neg:
+      return -x;
+    case UnaryOp::Scale:
+      return x * param;
+    case UnaryOp::AddScalar:
+      return x + param;
+    case UnaryOp::Pow:
+      return std::pow(x, param);
+    case UnaryOp::Exp:
+      return std::exp(x);
+    case UnaryOp::Log:
+      return std::log(x);
+    case UnaryOp::Sqrt:
+      return std::sqrt(x);
+    case UnaryOp::Rsqrt:
+      return T(1) / std::sqrt(x);
   }
   return T(0);
 }

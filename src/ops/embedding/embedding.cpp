@@ -22,14 +22,16 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   Tensor out = Tensor::empty(out_shape, weight.dtype(), device);  // (..., C)
   MICROLLM_KERNEL(device, embedding_forward, wc, idc, out);
 
-  autograd::record("embedding", {weight, ids}, {&out}, [idc, V, C, dtype = weight.dtype()](const std::vector<Tensor>& g) {
-    // Accumulate in F32 (F64 for F64 weights), then store in the weight's dtype.
-    const DType acc = detail::stat_dtype(dtype);
-    const Tensor dy = g[0].is_cuda() ? g[0].contiguous() : g[0].to(acc).contiguous();  // (..., C)
-    Tensor dw = Tensor::zeros({V, C}, acc, dy.device());
-    MICROLLM_KERNEL(dy.device(), embedding_backward, dy, idc, dw);
-    return std::vector<Tensor>{dw.to(dtype), Tensor()};
-  });
+  autograd::record("embedding", {weight, ids}, {&out},
+                   [idc, V, C, dtype = weight.dtype()](const std::vector<Tensor>& g) {
+                     // Accumulate in F32 (F64 for F64 weights), then store in the weight's dtype.
+                     const DType acc = detail::stat_dtype(dtype);
+                     const Tensor dy = g[0].is_cuda() ? g[0].contiguous()
+                                                      : g[0].to(acc).contiguous();  // (..., C)
+                     Tensor dw = Tensor::zeros({V, C}, acc, dy.device());
+                     MICROLLM_KERNEL(dy.device(), embedding_backward, dy, idc, dw);
+                     return std::vector<Tensor>{dw.to(dtype), Tensor()};
+                   });
   return out;
 }
 

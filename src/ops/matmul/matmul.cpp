@@ -32,8 +32,8 @@ MatmulShape matmul_shape(const char* op, const Tensor& a, const Tensor& b, bool 
                  trans_b ? " (transposed)" : "", " has K=", kb);
   const int64_t batch_a = a.dim() == 3 ? a.size(0) : 1;
   const int64_t batch_b = b.dim() == 3 ? b.size(0) : 1;
-  MICROLLM_CHECK(a.dim() == 2 || b.dim() == 2 || batch_a == batch_b, op,
-                 "batch sizes differ: a ", shape_str(a.shape()), ", b ", shape_str(b.shape()));
+  MICROLLM_CHECK(a.dim() == 2 || b.dim() == 2 || batch_a == batch_b, op, "batch sizes differ: a ",
+                 shape_str(a.shape()), ", b ", shape_str(b.shape()));
   const int64_t batch = std::max(batch_a, batch_b);
   const bool batched = a.dim() == 3 || b.dim() == 3;
   return {{batch, m, n, ka, trans_a, trans_b}, batched ? Shape{batch, m, n} : Shape{m, n}};
@@ -62,8 +62,10 @@ Tensor gemm_forward(const MatmulShape& s, const Tensor& a, const Tensor& b, cons
   const Tensor aw = a3.to(detail::cpu_compute_dtype(a3.dtype()));
   const Tensor bw = b3.to(aw.dtype());
   Tensor out = Tensor::empty({p.batch, p.m, p.n}, aw.dtype());
-  if (p.k == 0) out.fill(0.0);
-  else if (out.numel() > 0) gemm_cpu(p, aw, bw, out);
+  if (p.k == 0)
+    out.fill(0.0);
+  else if (out.numel() > 0)
+    gemm_cpu(p, aw, bw, out);
   if (bias.defined()) out = ops::add(out, bias.detach().to(aw.dtype()));
   return out.to(a.dtype());
 }
@@ -73,17 +75,18 @@ Tensor gemm_forward(const MatmulShape& s, const Tensor& a, const Tensor& b, cons
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   const MatmulShape s = matmul_shape("matmul", a, b, trans_a, trans_b);
   Tensor out = gemm_forward(s, a, b, Tensor()).reshape(s.out_shape);
-  autograd::record("matmul", {a, b}, {&out},
-                   [a = a.detach(), b = b.detach(), trans_a, trans_b](const std::vector<Tensor>& g) {
-                     const Tensor& dc = g[0];
-                     // With A' = op(A), B' = op(B): dA' = dC·B'ᵀ and dB' = A'ᵀ·dC.
-                     Tensor da = trans_a ? matmul(b, dc, trans_b, true) : matmul(dc, b, false, !trans_b);
-                     Tensor db = trans_b ? matmul(dc, a, true, trans_a) : matmul(a, dc, !trans_a, false);
-                     // A 2-D operand was shared across the batch: sum its gradient over it.
-                     if (da.dim() > a.dim()) da = sum(da, 0, false);
-                     if (db.dim() > b.dim()) db = sum(db, 0, false);
-                     return std::vector<Tensor>{da, db};
-                   });
+  autograd::record(
+      "matmul", {a, b}, {&out},
+      [a = a.detach(), b = b.detach(), trans_a, trans_b](const std::vector<Tensor>& g) {
+        const Tensor& dc = g[0];
+        // With A' = op(A), B' = op(B): dA' = dC·B'ᵀ and dB' = A'ᵀ·dC.
+        Tensor da = trans_a ? matmul(b, dc, trans_b, true) : matmul(dc, b, false, !trans_b);
+        Tensor db = trans_b ? matmul(dc, a, true, trans_a) : matmul(a, dc, !trans_a, false);
+        // A 2-D operand was shared across the batch: sum its gradient over it.
+        if (da.dim() > a.dim()) da = sum(da, 0, false);
+        if (db.dim() > b.dim()) db = sum(db, 0, false);
+        return std::vector<Tensor>{da, db};
+      });
   return out;
 }
 
@@ -99,8 +102,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     detail::check_floating("linear", bias, "bias");
     detail::check_same_dtype("linear", x, "x", bias, "bias");
     detail::check_same_device("linear", x, "x", bias, "bias");
-    MICROLLM_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear",
-                   "bias must be (", weight.size(0), "), found ", bias.describe());
+    MICROLLM_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear", "bias must be (",
+                   weight.size(0), "), found ", bias.describe());
   }
   Shape out_shape = x.shape();
   out_shape.back() = weight.size(0);
@@ -109,12 +112,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   // One GEMM with the bias in its epilogue (cuBLASLt) or added right after (CPU).
   Tensor out = gemm_forward(s, x2, weight, bias).reshape(out_shape);  // (..., out)
   autograd::record("linear", {x, weight, bias}, {&out},
-                   [x2, w = weight.detach(), x_shape = x.shape(), has_bias = bias.defined()](
-                       const std::vector<Tensor>& g) {
-                     const Tensor dy = g[0].reshape({-1, w.size(0)});       // (N, out)
+                   [x2, w = weight.detach(), x_shape = x.shape(),
+                    has_bias = bias.defined()](const std::vector<Tensor>& g) {
+                     const Tensor dy = g[0].reshape({-1, w.size(0)});           // (N, out)
                      Tensor dx = matmul(dy, w, false, false).reshape(x_shape);  // (..., in)
-                     Tensor dw = matmul(dy, x2, true, false);                  // (out, in)
-                     Tensor db = has_bias ? sum(dy, 0, false) : Tensor();      // (out)
+                     Tensor dw = matmul(dy, x2, true, false);                   // (out, in)
+                     Tensor db = has_bias ? sum(dy, 0, false) : Tensor();       // (out)
                      return std::vector<Tensor>{dx, dw, db};
                    });
   return out;

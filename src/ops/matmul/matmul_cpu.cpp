@@ -49,7 +49,8 @@ void gemm_cpu(const GemmProblem& p, const Tensor& a, const Tensor& b, const Tens
       const T* bi = pb + i * b_batch;
       T* ci = pc + i * p.m * p.n;
       if constexpr (std::is_same_v<T, float>)
-        cblas_sgemm(CblasRowMajor, ta, tb, p.m, p.n, p.k, 1.0f, ai, oa.ld, bi, ob.ld, 0.0f, ci, p.n);
+        cblas_sgemm(CblasRowMajor, ta, tb, p.m, p.n, p.k, 1.0f, ai, oa.ld, bi, ob.ld, 0.0f, ci,
+                    p.n);
       else
         cblas_dgemm(CblasRowMajor, ta, tb, p.m, p.n, p.k, 1.0, ai, oa.ld, bi, ob.ld, 0.0, ci, p.n);
     }

@@ -10,8 +10,8 @@ namespace microllm::ops {
 namespace {
 
 struct Reduced {
-  Tensor values;       // keepdim shape, compute dtype narrowed back to x's dtype
-  Tensor index;        // for Max/Argmax: I64, keepdim shape
+  Tensor values;  // keepdim shape, compute dtype narrowed back to x's dtype
+  Tensor index;   // for Max/Argmax: I64, keepdim shape
   Shape keepdim_shape;
 };
 
@@ -73,15 +73,17 @@ Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
   Reduced r = reduce_compute(ReduceOp::Max, "max", x, dim);
   const int64_t d = normalize_dim(dim, x.dim(), "max");
   Tensor out = r.values;
-  autograd::record("max", {x}, {&out}, [x = x.detach(), index = r.index, d](const std::vector<Tensor>& g) {
-    int64_t outer = 1, inner = 1;
-    for (int64_t k = 0; k < d; ++k) outer *= x.shape()[k];
-    for (int64_t k = d + 1; k < x.dim(); ++k) inner *= x.shape()[k];
-    const Tensor gc = detail::compute_operand(g[0]);
-    Tensor grad_x = Tensor::zeros(x.shape(), gc.dtype(), gc.device());
-    MICROLLM_KERNEL(gc.device(), scatter_along_dim, gc, index, outer, x.shape()[d], inner, grad_x);
-    return std::vector<Tensor>{grad_x.to(x.dtype())};
-  });
+  autograd::record("max", {x}, {&out},
+                   [x = x.detach(), index = r.index, d](const std::vector<Tensor>& g) {
+                     int64_t outer = 1, inner = 1;
+                     for (int64_t k = 0; k < d; ++k) outer *= x.shape()[k];
+                     for (int64_t k = d + 1; k < x.dim(); ++k) inner *= x.shape()[k];
+                     const Tensor gc = detail::compute_operand(g[0]);
+                     Tensor grad_x = Tensor::zeros(x.shape(), gc.dtype(), gc.device());
+                     MICROLLM_KERNEL(gc.device(), scatter_along_dim, gc, index, outer, x.shape()[d],
+                                     inner, grad_x);
+                     return std::vector<Tensor>{grad_x.to(x.dtype())};
+                   });
   return drop_dim(out, d, keepdim);
 }
 

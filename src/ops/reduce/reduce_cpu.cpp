@@ -8,8 +8,8 @@ void reduce_forward_cpu(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, 
                         const Tensor& out) {
   detail::dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const T* px = x.data<T>();  // (outer, n, inner)
-    T* values = op == ReduceOp::Argmax ? nullptr : out.data<T>();             // (outer, inner)
+    const T* px = x.data<T>();                                                  // (outer, n, inner)
+    T* values = op == ReduceOp::Argmax ? nullptr : out.data<T>();               // (outer, inner)
     int64_t* indices = op == ReduceOp::Argmax ? out.data<int64_t>() : nullptr;  // (outer, inner)
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t o = 0; o < outer; ++o) {
@@ -27,8 +27,10 @@ void reduce_forward_cpu(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, 
           const T v = row[k * inner], b = row[best * inner];
           if (v > b || (v != v && b == b)) best = k;
         }
-        if (op == ReduceOp::Max) values[o * inner + i] = row[best * inner];
-        else indices[o * inner + i] = best;
+        if (op == ReduceOp::Max)
+          values[o * inner + i] = row[best * inner];
+        else
+          indices[o * inner + i] = best;
       }
     }
   });
@@ -38,9 +40,9 @@ void scatter_along_dim_cpu(const Tensor& grad, const Tensor& index, int64_t oute
                            int64_t inner, const Tensor& grad_x) {
   detail::dispatch_float(grad.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const T* pg = grad.data<T>();             // (outer, inner)
+    const T* pg = grad.data<T>();               // (outer, inner)
     const int64_t* pi = index.data<int64_t>();  // (outer, inner)
-    T* px = grad_x.data<T>();                  // (outer, n, inner), zero-filled
+    T* px = grad_x.data<T>();                   // (outer, n, inner), zero-filled
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t i = 0; i < inner; ++i)
         px[(o * n + pi[o * inner + i]) * inner + i] = pg[o * inner + i];

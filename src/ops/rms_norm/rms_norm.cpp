@@ -30,7 +30,8 @@ std::pair<Tensor, NormSaved> norm_forward(const Tensor& x, const Tensor& weight,
   const Tensor xc = detail::compute_operand(x.detach());
   const Tensor wc = detail::compute_operand(weight.detach());
   Tensor y = Tensor::empty(xc.shape(), xc.dtype(), x.device());
-  Tensor rstd = Tensor::empty({xc.numel() / xc.size(-1)}, detail::stat_dtype(xc.dtype()), x.device());
+  Tensor rstd =
+      Tensor::empty({xc.numel() / xc.size(-1)}, detail::stat_dtype(xc.dtype()), x.device());
   MICROLLM_KERNEL(x.device(), rms_norm_forward, xc, wc, eps, y, rstd);
   return {y, {xc, wc, rstd}};
 }
@@ -50,10 +51,11 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   check_norm_args("rms_norm", x, weight, eps);
   auto [y, saved] = norm_forward(x, weight, eps);
   Tensor out = y.to(x.dtype());
-  autograd::record("rms_norm", {x, weight}, {&out}, [saved, dtype = x.dtype()](const std::vector<Tensor>& g) {
-    auto [dx, dw] = norm_backward(saved, g[0]);
-    return std::vector<Tensor>{dx.to(dtype), dw.to(dtype)};
-  });
+  autograd::record("rms_norm", {x, weight}, {&out},
+                   [saved, dtype = x.dtype()](const std::vector<Tensor>& g) {
+                     auto [dx, dw] = norm_backward(saved, g[0]);
+                     return std::vector<Tensor>{dx.to(dtype), dw.to(dtype)};
+                   });
   return out;
 }
 

@@ -49,14 +49,16 @@ void rms_norm_backward_cpu(const Tensor& x, const Tensor& weight, const Tensor& 
       for (int64_t i = 0; i < n; ++i) dot += static_cast<double>(dyr[i]) * pw[i] * xr[i] * inv;
       const double mean_dot = dot / static_cast<double>(n);
       for (int64_t i = 0; i < n; ++i)
-        pdx[r * n + i] = static_cast<T>(inv * (static_cast<double>(dyr[i]) * pw[i] - xr[i] * inv * mean_dot));
+        pdx[r * n + i] =
+            static_cast<T>(inv * (static_cast<double>(dyr[i]) * pw[i] - xr[i] * inv * mean_dot));
     }
     // dweight: column sums, fixed order (deterministic).
     T* pdw = dweight.data<T>();
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) {
       double acc = 0.0;
-      for (int64_t r = 0; r < rows; ++r) acc += static_cast<double>(pdy[r * n + i]) * px[r * n + i] * pr[r];
+      for (int64_t r = 0; r < rows; ++r)
+        acc += static_cast<double>(pdy[r * n + i]) * px[r * n + i] * pr[r];
       pdw[i] = static_cast<T>(acc);
     }
   });

@@ -26,7 +26,6 @@ namespace {
 
 using namespace cuda_detail;
 
-
 // Rows up to this many groups go one per warp (≤ 4 groups per lane); longer rows one per block.
 constexpr int64_t kWarpRowMaxGroups = 4 * kWarp;
 constexpr int kRowsPerWarpBlock = 4;

@@ -21,8 +21,8 @@ Tensor rope_inv_freq(int64_t head_dim, double theta) {
   std::vector<float> values(static_cast<size_t>(head_dim / 2));
   for (int64_t i = 0; i < head_dim / 2; ++i) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    const float power = static_cast<float>(std::pow(static_cast<double>(static_cast<float>(theta)),
-                                                    static_cast<double>(exponent)));
+    const float power = static_cast<float>(
+        std::pow(static_cast<double>(static_cast<float>(theta)), static_cast<double>(exponent)));
     values[i] = 1.0f / power;
   }
   return Tensor::from_vector(values, {head_dim / 2});
@@ -45,20 +45,22 @@ Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
   const Tensor xc = detail::compute_operand(x.detach());
   // (T) → (B, T) so the kernel sees one layout.
   const Tensor pos = (positions.dim() == 1 ? positions.unsqueeze(0).expand({B, T}) : positions)
-                         .to(DType::I64).contiguous();
+                         .to(DType::I64)
+                         .contiguous();
   // Frequencies in the kernel's arithmetic dtype: F32, or F64 for an F64 reference.
   const DType freq_dtype = detail::stat_dtype(xc.dtype());
   const Tensor freq = inv_freq.detach().to(x.device()).to(freq_dtype).contiguous();
   Tensor y = Tensor::empty(xc.shape(), xc.dtype(), x.device());
   MICROLLM_KERNEL(x.device(), rope, xc, pos, freq, false, y);
   Tensor out = y.to(x.dtype());
-  autograd::record("rope", {x}, {&out}, [pos, freq, kernel_dtype = xc.dtype(), dtype = x.dtype()](
-                                            const std::vector<Tensor>& g) {
-    const Tensor dy = detail::compute_operand(g[0].to(kernel_dtype));
-    Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
-    MICROLLM_KERNEL(dy.device(), rope, dy, pos, freq, true, dx);
-    return std::vector<Tensor>{dx.to(dtype)};
-  });
+  autograd::record(
+      "rope", {x}, {&out},
+      [pos, freq, kernel_dtype = xc.dtype(), dtype = x.dtype()](const std::vector<Tensor>& g) {
+        const Tensor dy = detail::compute_operand(g[0].to(kernel_dtype));
+        Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+        MICROLLM_KERNEL(dy.device(), rope, dy, pos, freq, true, dx);
+        return std::vector<Tensor>{dx.to(dtype)};
+      });
   return out;
 }
 

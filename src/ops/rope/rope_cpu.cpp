@@ -12,10 +12,10 @@ void rope_cpu(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, 
   const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3), half = D / 2;
   detail::dispatch_float(x.dtype(), [&](auto tag) {
     using T_ = decltype(tag);
-    const T_* px = x.data<T_>();                // (B, H, T, D)
+    const T_* px = x.data<T_>();                    // (B, H, T, D)
     const int64_t* pp = positions.data<int64_t>();  // (B, T)
-    const T_* pf = inv_freq.data<T_>();          // (D/2)
-    T_* py = y.data<T_>();                      // (B, H, T, D)
+    const T_* pf = inv_freq.data<T_>();             // (D/2)
+    T_* py = y.data<T_>();                          // (B, H, T, D)
     const T_ sign = inverse ? T_(-1) : T_(1);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t b = 0; b < B; ++b)

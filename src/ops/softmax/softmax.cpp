@@ -20,12 +20,13 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
   Tensor y = Tensor::empty(xc.shape(), xc.dtype(), device);
   if (y.numel() > 0) MICROLLM_KERNEL(device, softmax_forward, xc, y, log);
   Tensor out = y.transpose(dim, last).contiguous().to(x.dtype());
-  autograd::record(name, {x}, {&out}, [y, dim, last, log, dtype = x.dtype()](const std::vector<Tensor>& g) {
-    const Tensor dy = detail::compute_operand(g[0].transpose(dim, last).to(y.dtype()));
-    Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
-    if (dx.numel() > 0) MICROLLM_KERNEL(y.device(), softmax_backward, y, dy, dx, log);
-    return std::vector<Tensor>{dx.transpose(dim, last).contiguous().to(dtype)};
-  });
+  autograd::record(
+      name, {x}, {&out}, [y, dim, last, log, dtype = x.dtype()](const std::vector<Tensor>& g) {
+        const Tensor dy = detail::compute_operand(g[0].transpose(dim, last).to(y.dtype()));
+        Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
+        if (dx.numel() > 0) MICROLLM_KERNEL(y.device(), softmax_backward, y, dy, dx, log);
+        return std::vector<Tensor>{dx.transpose(dim, last).contiguous().to(dtype)};
+      });
   return out;
 }
 

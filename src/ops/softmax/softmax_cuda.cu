@@ -15,14 +15,13 @@
 #include <cstdint>
 
 #include "../cuda_common.cuh"
-#include "../row_kernels.h"
 #include "../row_kernels.cuh"
+#include "../row_kernels.h"
 
 namespace microllm::ops {
 namespace {
 
 using namespace cuda_detail;
-
 
 constexpr int kWarpRowsPerBlock = 8;  // 256-thread blocks when each row takes one warp
 // Most threads per block of a kernel: the warp-per-row launch uses 256, the block-per-row
@@ -51,7 +50,8 @@ __global__ void __launch_bounds__(max_threads(kWarpPerRow), kWarpPerRow ? 4 : 2)
       // sum ≥ 1 (the max adds exp(0)): the fast reciprocal (2 ulp) is safe and avoids the
       // IEEE division's slow-path call, whose register saves spilled to local memory.
       const float inv_sum = __fdividef(1.0f, st.sum);
-      transform_row(xr, yr, n, vec, g, [&](int64_t, float v) { return expf(v - st.max) * inv_sum; });
+      transform_row(xr, yr, n, vec, g,
+                    [&](int64_t, float v) { return expf(v - st.max) * inv_sum; });
     }
   }
 }
@@ -74,7 +74,8 @@ __global__ void __launch_bounds__(max_threads(kWarpPerRow))
       transform_row(yr, dyr, dxr, n, vec, g,
                     [&](int64_t, float yv, float dyv) { return dyv - expf(yv) * dot; });
     else
-      transform_row(yr, dyr, dxr, n, vec, g, [&](int64_t, float yv, float dyv) { return yv * (dyv - dot); });
+      transform_row(yr, dyr, dxr, n, vec, g,
+                    [&](int64_t, float yv, float dyv) { return yv * (dyv - dot); });
   }
 }
 

@@ -15,7 +15,8 @@ void index_select_forward_cpu(const Tensor& x, const Tensor& index, int64_t oute
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t k = 0; k < K; ++k)
-      std::memcpy(dst + (o * K + k) * row_bytes, src + (o * n + detail::load_index(index, k)) * row_bytes, row_bytes);
+      std::memcpy(dst + (o * K + k) * row_bytes,
+                  src + (o * n + detail::load_index(index, k)) * row_bytes, row_bytes);
 }
 
 void index_select_backward_cpu(const Tensor& dout, const Tensor& index, int64_t outer, int64_t n,
@@ -29,7 +30,8 @@ void index_select_backward_cpu(const Tensor& dout, const Tensor& index, int64_t 
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t k = 0; k < K; ++k) {
         const int64_t id = detail::load_index(index, k);
-        for (int64_t i = 0; i < inner; ++i) pdx[(o * n + id) * inner + i] += pdy[(o * K + k) * inner + i];
+        for (int64_t i = 0; i < inner; ++i)
+          pdx[(o * n + id) * inner + i] += pdy[(o * K + k) * inner + i];
       }
   });
 }

@@ -51,7 +51,8 @@ Tensor concat(const std::vector<Tensor>& tensors, int64_t dim) {
   for (const Tensor& t : tensors) sizes.push_back(t.shape()[dim]);
   autograd::record("concat", tensors, {&out}, [dim, starts, sizes](const std::vector<Tensor>& g) {
     std::vector<Tensor> grads;
-    for (size_t i = 0; i < starts.size(); ++i) grads.push_back(g[0].narrow(dim, starts[i], sizes[i]).contiguous());
+    for (size_t i = 0; i < starts.size(); ++i)
+      grads.push_back(g[0].narrow(dim, starts[i], sizes[i]).contiguous());
     return grads;
   });
   return out;
@@ -81,19 +82,20 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   shape[dim] = K;
   const Device device = x.device();
   const Tensor ic = index.contiguous();
-  const Tensor xc = x.detach().contiguous();                  // (outer, n, inner)
-  Tensor out = Tensor::empty(shape, x.dtype(), device);       // (outer, K, inner)
+  const Tensor xc = x.detach().contiguous();             // (outer, n, inner)
+  Tensor out = Tensor::empty(shape, x.dtype(), device);  // (outer, K, inner)
   MICROLLM_KERNEL(device, index_select_forward, xc, ic, outer, n, inner, out);
 
-  autograd::record("index_select", {x, index}, {&out},
-                   [ic, n, outer, inner, x_shape = x.shape(), dtype = x.dtype()](const std::vector<Tensor>& g) {
-    // Accumulate in F32 (F64 for F64 inputs), then store in x's dtype.
-    const DType acc = detail::stat_dtype(dtype);
-    const Tensor dy = g[0].is_cuda() ? g[0].contiguous() : g[0].to(acc).contiguous();
-    Tensor dx = Tensor::zeros(x_shape, acc, dy.device());
-    MICROLLM_KERNEL(dy.device(), index_select_backward, dy, ic, outer, n, inner, dx);
-    return std::vector<Tensor>{dx.to(dtype), Tensor()};
-  });
+  autograd::record(
+      "index_select", {x, index}, {&out},
+      [ic, n, outer, inner, x_shape = x.shape(), dtype = x.dtype()](const std::vector<Tensor>& g) {
+        // Accumulate in F32 (F64 for F64 inputs), then store in x's dtype.
+        const DType acc = detail::stat_dtype(dtype);
+        const Tensor dy = g[0].is_cuda() ? g[0].contiguous() : g[0].to(acc).contiguous();
+        Tensor dx = Tensor::zeros(x_shape, acc, dy.device());
+        MICROLLM_KERNEL(dy.device(), index_select_backward, dy, ic, outer, n, inner, dx);
+        return std::vector<Tensor>{dx.to(dtype), Tensor()};
+      });
   return out;
 }
 

@@ -29,7 +29,8 @@ Shape infer_shape(const Shape& requested, int64_t numel, const Shape& from, cons
   int64_t known = 1, infer_at = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
-      MICROLLM_CHECK(infer_at < 0, op, "only one dimension can be -1, found ", shape_str(requested));
+      MICROLLM_CHECK(infer_at < 0, op, "only one dimension can be -1, found ",
+                     shape_str(requested));
       infer_at = static_cast<int64_t>(i);
     } else {
       MICROLLM_CHECK(shape[i] >= 0, op, "invalid size in shape ", shape_str(requested));
@@ -144,7 +145,8 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
   std::vector<int64_t> dims(static_cast<size_t>(dim()));
   std::iota(dims.begin(), dims.end(), 0);
-  std::swap(dims[normalize_dim(dim0, dim(), "transpose")], dims[normalize_dim(dim1, dim(), "transpose")]);
+  std::swap(dims[normalize_dim(dim0, dim(), "transpose")],
+            dims[normalize_dim(dim1, dim(), "transpose")]);
   return permute(dims);
 }
 
@@ -200,7 +202,8 @@ Tensor Tensor::expand(const Shape& requested) const {
   }
   Tensor out = make_view(*this, shape, strides, offset());
   const Shape old_shape = this->shape();
-  record_view("expand", *this, out, [old_shape](const Tensor& g) { return ops::sum_to_shape(g, old_shape); });
+  record_view("expand", *this, out,
+              [old_shape](const Tensor& g) { return ops::sum_to_shape(g, old_shape); });
   return out;
 }
 
@@ -226,7 +229,8 @@ Tensor Tensor::unsqueeze(int64_t d) const {
   strides.insert(strides.begin() + d, stride);
   Tensor out = make_view(*this, shape, strides, offset());
   const Shape old_shape = this->shape();
-  record_view("unsqueeze", *this, out, [old_shape](const Tensor& g) { return g.reshape(old_shape); });
+  record_view("unsqueeze", *this, out,
+              [old_shape](const Tensor& g) { return g.reshape(old_shape); });
   return out;
 }
 
@@ -253,7 +257,9 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
-Tensor Tensor::to(DType dtype) const { return dtype == this->dtype() ? *this : ops::cast(*this, dtype); }
+Tensor Tensor::to(DType dtype) const {
+  return dtype == this->dtype() ? *this : ops::cast(*this, dtype);
+}
 
 Tensor Tensor::to(Device device) const {
   if (device == this->device()) return *this;
