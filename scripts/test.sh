@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it:
+#   0. the format gate: every C++/CUDA file clang-format clean (scripts/check_format.sh);
 #   1. cpu-release: every C++ test and the PyTorch oracle suite;
 #   2. cpu-sanitize: every C++ test under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   3. cuda-release, where nvcc exists: compiled, and its CUDA tests run (they skip with a
@@ -11,6 +12,9 @@ jobs=$(nproc)
 start=$(date +%s)
 
 step() { echo; echo "=== $* ($(( $(date +%s) - start )) s)"; }
+
+step "format gate"
+bash scripts/check_format.sh
 
 step "cpu-release: build"
 cmake --preset cpu-release >/dev/null
