@@ -24,7 +24,7 @@ Transformer::Transformer(ModelConfig config, Device device, DType dtype, uint64_
   MICROLLM_CHECK(is_floating(dtype), "Transformer", "parameters must be floating, found ", dtype);
   Generator gen(seed);
   for (const ParameterSpec& spec : parameter_specs(config_)) {
-    Tensor t;
+    Tensor t;  // spec.shape: a weight matrix (out, in), the embedding (V, C) or a vector (C)
     const bool is_vector = spec.shape.size() == 1;
     if (is_vector && spec.name.ends_with(".bias"))
       t = Tensor::zeros(spec.shape, dtype, device);
@@ -83,6 +83,7 @@ Tensor Transformer::forward(const Tensor& ids, const Tensor& positions_in,
   auto emit = [&](const std::string& name, const Tensor& value) {
     if (observe) observe(name, value);
   };
+  // (T) or (B, T)
   const Tensor positions =
       positions_in.defined() ? positions_in : Tensor::arange(T, DType::I64, device_);
   ops::AttentionOptions attention_options;
@@ -92,6 +93,7 @@ Tensor Transformer::forward(const Tensor& ids, const Tensor& positions_in,
 
   Tensor x = ops::embedding(param("model.embed_tokens.weight"), ids);  // (B, T, C)
   emit("embedding", x);
+  // (B, T, C)
   Tensor h = ops::rms_norm(x, param("model.layers.0.input_layernorm.weight"), eps);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -101,10 +103,13 @@ Tensor Transformer::forward(const Tensor& ids, const Tensor& positions_in,
     };
     emit(n + "input", x);
     emit(n + "attn.norm", h);
+    // (B, T, H, D)
     Tensor q =
         ops::linear(h, param(p + "self_attn.q_proj.weight"), bias("q_proj")).reshape({B, T, H, D});
+    // (B, T, Hkv, D)
     Tensor k = ops::linear(h, param(p + "self_attn.k_proj.weight"), bias("k_proj"))
                    .reshape({B, T, Hkv, D});
+    // (B, T, Hkv, D)
     Tensor v = ops::linear(h, param(p + "self_attn.v_proj.weight"), bias("v_proj"))
                    .reshape({B, T, Hkv, D});
     if (c.qk_norm) {
@@ -117,10 +122,12 @@ Tensor Transformer::forward(const Tensor& ids, const Tensor& positions_in,
     emit(n + "attn.q", q);
     emit(n + "attn.k", k);
     emit(n + "attn.v", v);
+    // (B, T, H·D)
     const Tensor a =
         ops::attention(q, k, v, attention_options).transpose(1, 2).reshape({B, T, H * D});
     const Tensor attn_out = ops::linear(a, param(p + "self_attn.o_proj.weight"));  // (B, T, C)
     emit(n + "attn.out", attn_out);
+    // r.sum, r.normed: (B, T, C)
     ops::AddRmsNormResult r =
         ops::add_rms_norm(x, attn_out, param(p + "post_attention_layernorm.weight"), eps);
     emit(n + "attn.residual", r.sum);
@@ -136,6 +143,7 @@ Tensor Transformer::forward(const Tensor& ids, const Tensor& positions_in,
     const std::string next_norm =
         i + 1 < c.num_layers ? "model.layers." + std::to_string(i + 1) + ".input_layernorm.weight"
                              : "model.norm.weight";
+    // next.sum, next.normed: (B, T, C)
     ops::AddRmsNormResult next = ops::add_rms_norm(r.sum, mlp_out, param(next_norm), eps);
     x = next.sum;
     h = next.normed;

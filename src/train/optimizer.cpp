@@ -23,9 +23,10 @@ Optimizer::Optimizer(const std::map<std::string, Tensor>& params)
 
 Optimizer::Optimizer(const std::vector<OptimizerParam>& params) {
   for (const OptimizerParam& op : params) {
-    const Tensor& p = op.param;
+    const Tensor& p = op.param;  // (any shape) the parameter or a flat (N) slice of one
     MICROLLM_CHECK(is_floating(p.dtype()), "optimizer", "parameter ", op.name,
                    " is not floating: ", p.describe());
+    // (shape of p) F32
     Tensor master = p.dtype() == DType::F32 ? p.detach() : p.detach().to(DType::F32).clone();
     slots_.push_back({op.name, p, master, op.decay});
   }
@@ -98,19 +99,22 @@ void AdamW::step(double lr) {
   const double bias2 = 1.0 - std::pow(b2, static_cast<double>(steps_));
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
-    const Tensor grad = s.param.grad();
+    const Tensor grad = s.param.grad();  // (shape of the parameter), its dtype
     if (!grad.defined()) continue;
-    const Tensor g = grad.to(DType::F32);
+    const Tensor g = grad.to(DType::F32);  // (shape of the parameter) F32
     // m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²
     exp_avg_[i].copy_from(ops::add(ops::scale(exp_avg_[i], b1), ops::scale(g, 1.0 - b1)));
     exp_avg_sq_[i].copy_from(
         ops::add(ops::scale(exp_avg_sq_[i], b2), ops::scale(ops::mul(g, g), 1.0 - b2)));
     // Decoupled decay, then θ ← θ − lr·m̂ / (sqrt(v̂) + ε).
+    // (shape of the parameter) F32
     Tensor w = s.decay && options_.weight_decay != 0.0
                    ? ops::scale(s.master, 1.0 - lr * options_.weight_decay)
                    : s.master;
+    // (shape of the parameter) F32
     const Tensor denom =
         ops::add_scalar(ops::sqrt(ops::scale(exp_avg_sq_[i], 1.0 / bias2)), options_.eps);
+    // (shape of the parameter) F32
     const Tensor update = ops::div(ops::scale(exp_avg_[i], lr / bias1), denom);
     s.master.copy_from(ops::sub(w, update));
     publish(s);
@@ -152,9 +156,9 @@ void Sgd::step(double lr) {
   ++steps_;
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
-    const Tensor grad = s.param.grad();
+    const Tensor grad = s.param.grad();  // (shape of the parameter), its dtype
     if (!grad.defined()) continue;
-    Tensor g = grad.to(DType::F32);
+    Tensor g = grad.to(DType::F32);  // (shape of the parameter) F32
     // As torch.optim.SGD: g ← g + wd·θ;  b ← μ·b + g (b = g on the first step);  θ ← θ − lr·b
     if (s.decay && options_.weight_decay != 0.0)
       g = ops::add(g, ops::scale(s.master, options_.weight_decay));
@@ -187,11 +191,11 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& kind,
 
 double clip_grad_norm(const std::map<std::string, Tensor>& params, double max_norm) {
   autograd::NoGradGuard no_grad;
-  Tensor total;
+  Tensor total;  // () F32: the sum of squared gradient elements
   for (const auto& [name, p] : params) {
     if (!p.grad().defined()) continue;
-    const Tensor g = p.grad().to(DType::F32);
-    const Tensor sq = ops::sum_all(ops::mul(g, g));
+    const Tensor g = p.grad().to(DType::F32);        // (shape of p) F32
+    const Tensor sq = ops::sum_all(ops::mul(g, g));  // ()
     total = total.defined() ? ops::add(total, sq) : sq;
   }
   if (!total.defined()) return 0.0;
@@ -200,7 +204,7 @@ double clip_grad_norm(const std::map<std::string, Tensor>& params, double max_no
     const double scale = max_norm / (norm + 1e-6);
     for (const auto& [name, p] : params) {
       if (!p.grad().defined()) continue;
-      Tensor g = p.grad();
+      Tensor g = p.grad();  // (shape of p), p's dtype
       g.copy_from(ops::scale(g, scale));
     }
   }

@@ -75,7 +75,7 @@ TokenFile load_token_file(const std::string& path, int64_t model_vocab_size) {
 
   const int64_t limit = model_vocab_size > 0 ? model_vocab_size : vocab;
   Tensor tokens = Tensor::empty({count}, DType::I32);  // (N)
-  int32_t* p = tokens.data<int32_t>();
+  int32_t* p = tokens.data<int32_t>();                 // (N)
   for (int64_t i = 0; i < count; ++i) {
     MICROLLM_CHECK(ids[i]<static_cast<uint64_t>(limit), "token file", path, ": token ", ids[i],
                           " at position ", i, " is outside the ", model_vocab_size> 0

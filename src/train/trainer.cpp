@@ -19,8 +19,8 @@ Tensor sample_windows(const Tensor& tokens, int64_t seq, uint64_t seed, int64_t 
   const int64_t n = tokens.numel();
   MICROLLM_CHECK(n >= seq + 1, "sample_windows", "the token file has ", n, " tokens; windows of ",
                  seq + 1, " need at least that many");
-  const int32_t* p = tokens.data<int32_t>();
-  std::vector<int64_t> out(static_cast<size_t>(count * (seq + 1)));
+  const int32_t* p = tokens.data<int32_t>();                         // (N) token ids
+  std::vector<int64_t> out(static_cast<size_t>(count * (seq + 1)));  // (count, seq + 1)
   Generator gen(seed);
   for (int64_t w = 0; w < count; ++w) {
     gen.set_state(seed, static_cast<uint64_t>(first_window + w));
@@ -101,7 +101,7 @@ void Trainer::init_from(const std::string& dir) {
 
 void Trainer::zero_grad() {
   for (const auto& [name, p] : model_->parameters()) {
-    Tensor t = p;
+    Tensor t = p;  // (shape of p): a handle to the same parameter
     t.zero_grad();
   }
   if (!zero_) optimizer_->zero_grad();  // ZeRO-1 keeps its shard gradients attached
@@ -114,7 +114,7 @@ StepStats Trainer::train_step(const TokenFile& data) {
   const double lr = warmup_cosine_lr(step, o.warmup, o.steps, o.lr, o.lr * o.min_lr_ratio);
   timer_.start();
   zero_grad();
-  Tensor loss_sum;
+  Tensor loss_sum;  // () F32: the micro-batch losses summed
   for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
     // Gradients are averaged over the ranks on the last micro-batch only.
     if (dp_) dp_->prepare_backward(micro + 1 == o.grad_accum);
@@ -132,7 +132,7 @@ StepStats Trainer::train_step(const TokenFile& data) {
     // Each micro-batch contributes 1/k of the mean, so k micro-batches equal one k× batch.
     ops::scale(loss, 1.0 / static_cast<double>(o.grad_accum)).backward();
     timer_.mark(Stage::Backward);
-    const Tensor detached = loss.detach().to(DType::F32);
+    const Tensor detached = loss.detach().to(DType::F32);  // ()
     loss_sum = loss_sum.defined() ? ops::add(loss_sum, detached) : detached;
   }
   if (dp_) {
@@ -171,9 +171,10 @@ double Trainer::evaluate(const TokenFile& data, int64_t batches) {
   double total = 0;
   for (int64_t b = 0; b < batches; ++b) {
     // Evaluation windows come from their own stream, the same on every call.
+    // (B, T+1)
     const Tensor windows =
         sample_windows(data.tokens, o.seq, o.seed ^ 0x5eed5eedull, b * o.batch, o.batch, o.device);
-    const Tensor logits = model_->forward(windows.narrow(1, 0, o.seq).contiguous());
+    const Tensor logits = model_->forward(windows.narrow(1, 0, o.seq).contiguous());  // (B, T, V)
     total +=
         ops::cross_entropy(logits.reshape({o.batch * o.seq, -1}),
                            windows.narrow(1, 1, o.seq).contiguous().reshape({-1}), -100, DType::F32)

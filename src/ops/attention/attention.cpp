@@ -12,7 +12,7 @@ namespace {
 Tensor positions_or_default(const Tensor& given, int64_t n, int64_t start, const char* name,
                             Device device) {
   if (!given.defined()) {
-    std::vector<int64_t> values(static_cast<size_t>(n));
+    std::vector<int64_t> values(static_cast<size_t>(n));  // (n)
     for (int64_t i = 0; i < n; ++i) values[i] = start + i;
     return Tensor::from_vector(values, {n}, DType::I64, device);
   }
@@ -55,13 +55,15 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v,
                  "last T keys, so pass q_positions (q ",
                  q.describe(), ", k ", k.describe(), ")");
   const Device device = q.device();
+  // (T) I64
   const Tensor q_pos = positions_or_default(options.q_positions, T, S - T, "q_positions", device);
+  // (S) I64
   const Tensor k_pos = positions_or_default(options.k_positions, S, 0, "k_positions", device);
   const AttentionShape shape{B, H, Hkv, T, S, D, options.causal, scale};
 
-  const Tensor qc = detail::compute_operand(q.detach());
-  const Tensor kc = detail::compute_operand(k.detach());
-  const Tensor vc = detail::compute_operand(v.detach());
+  const Tensor qc = detail::compute_operand(q.detach());       // (B, H, T, D)
+  const Tensor kc = detail::compute_operand(k.detach());       // (B, Hkv, S, D)
+  const Tensor vc = detail::compute_operand(v.detach());       // (B, Hkv, S, D)
   Tensor out = Tensor::empty(qc.shape(), qc.dtype(), device);  // (B, H, T, D)
   Tensor probs =
       Tensor::empty({B, H, T, S}, detail::stat_dtype(qc.dtype()), device);  // (B, H, T, S)
@@ -69,9 +71,13 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v,
   out = out.to(q.dtype());
   autograd::record("attention", {q, k, v}, {&out},
                    [shape, qc, kc, vc, probs, dtype = q.dtype()](const std::vector<Tensor>& g) {
+                     // (B, H, T, D)
                      const Tensor dout = detail::compute_operand(g[0].to(qc.dtype()));
+                     // (B, H, T, D)
                      Tensor dq = Tensor::empty(qc.shape(), qc.dtype(), qc.device());
+                     // (B, Hkv, S, D)
                      Tensor dk = Tensor::empty(kc.shape(), kc.dtype(), kc.device());
+                     // (B, Hkv, S, D)
                      Tensor dv = Tensor::empty(vc.shape(), vc.dtype(), vc.device());
                      MICROLLM_KERNEL(qc.device(), attention_backward, shape, qc, kc, vc, probs,
                                      dout, dq, dk, dv);

@@ -19,24 +19,24 @@ void attention_forward_cpu(const AttentionShape& s, const Tensor& q, const Tenso
   const int64_t group = s.H / s.Hkv;
   detail::dispatch_float(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const T* pq = q.data<T>();
-    const T* pk = k.data<T>();
-    const T* pv = v.data<T>();
-    T* po = out.data<T>();
-    T* pp = probs.data<T>();
-    const int64_t* qp = q_pos.data<int64_t>();
-    const int64_t* kp = k_pos.data<int64_t>();
+    const T* pq = q.data<T>();                  // (B, H, T, D)
+    const T* pk = k.data<T>();                  // (B, Hkv, S, D)
+    const T* pv = v.data<T>();                  // (B, Hkv, S, D)
+    T* po = out.data<T>();                      // (B, H, T, D)
+    T* pp = probs.data<T>();                    // (B, H, T, S)
+    const int64_t* qp = q_pos.data<int64_t>();  // (T)
+    const int64_t* kp = k_pos.data<int64_t>();  // (S)
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t b = 0; b < s.B; ++b)
       for (int64_t hk = 0; hk < s.Hkv; ++hk) {
-        const T* kh = pk + (b * s.Hkv + hk) * s.S * s.D;  // (S, D)
-        const T* vh = pv + (b * s.Hkv + hk) * s.S * s.D;  // (S, D)
-        std::vector<double> scores(static_cast<size_t>(s.S));
+        const T* kh = pk + (b * s.Hkv + hk) * s.S * s.D;       // (S, D)
+        const T* vh = pv + (b * s.Hkv + hk) * s.S * s.D;       // (S, D)
+        std::vector<double> scores(static_cast<size_t>(s.S));  // (S)
         for (int64_t h = hk * group; h < (hk + 1) * group; ++h)
           for (int64_t t = 0; t < s.T; ++t) {
-            const T* qr = pq + ((b * s.H + h) * s.T + t) * s.D;
-            T* prow = pp + ((b * s.H + h) * s.T + t) * s.S;
-            T* orow = po + ((b * s.H + h) * s.T + t) * s.D;
+            const T* qr = pq + ((b * s.H + h) * s.T + t) * s.D;  // (D)
+            T* prow = pp + ((b * s.H + h) * s.T + t) * s.S;      // (S)
+            T* orow = po + ((b * s.H + h) * s.T + t) * s.D;      // (D)
             double row_max = -std::numeric_limits<double>::infinity();
             for (int64_t j = 0; j < s.S; ++j) {
               if (s.causal && kp[j] > qp[t]) {
@@ -75,28 +75,28 @@ void attention_backward_cpu(const AttentionShape& s, const Tensor& q, const Tens
   const int64_t group = s.H / s.Hkv;
   detail::dispatch_float(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const T* pq = q.data<T>();
-    const T* pk = k.data<T>();
-    const T* pv = v.data<T>();
-    const T* pp = probs.data<T>();
-    const T* pdo = dout.data<T>();
-    T* pdq = dq.data<T>();
-    T* pdk = dk.data<T>();
-    T* pdv = dv.data<T>();
+    const T* pq = q.data<T>();      // (B, H, T, D)
+    const T* pk = k.data<T>();      // (B, Hkv, S, D)
+    const T* pv = v.data<T>();      // (B, Hkv, S, D)
+    const T* pp = probs.data<T>();  // (B, H, T, S)
+    const T* pdo = dout.data<T>();  // (B, H, T, D)
+    T* pdq = dq.data<T>();          // (B, H, T, D)
+    T* pdk = dk.data<T>();          // (B, Hkv, S, D)
+    T* pdv = dv.data<T>();          // (B, Hkv, S, D)
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t b = 0; b < s.B; ++b)
       for (int64_t hk = 0; hk < s.Hkv; ++hk) {
-        const int64_t kv_base = (b * s.Hkv + hk) * s.S * s.D;
-        std::vector<double> dk_acc(static_cast<size_t>(s.S * s.D), 0.0);
-        std::vector<double> dv_acc(static_cast<size_t>(s.S * s.D), 0.0);
-        std::vector<double> dscore(static_cast<size_t>(s.S));
+        const int64_t kv_base = (b * s.Hkv + hk) * s.S * s.D;  // offset of the (S, D) K/V head
+        std::vector<double> dk_acc(static_cast<size_t>(s.S * s.D), 0.0);  // (S, D)
+        std::vector<double> dv_acc(static_cast<size_t>(s.S * s.D), 0.0);  // (S, D)
+        std::vector<double> dscore(static_cast<size_t>(s.S));             // (S) dP
         for (int64_t h = hk * group; h < (hk + 1) * group; ++h)
           for (int64_t t = 0; t < s.T; ++t) {
-            const int64_t row = (b * s.H + h) * s.T + t;
-            const T* prow = pp + row * s.S;
-            const T* dorow = pdo + row * s.D;
-            const T* qr = pq + row * s.D;
-            double p_dot_dp = 0.0;  // Σ_j P·dP
+            const int64_t row = (b * s.H + h) * s.T + t;  // (b, h, t) flattened over (B, H, T)
+            const T* prow = pp + row * s.S;               // (S)
+            const T* dorow = pdo + row * s.D;             // (D)
+            const T* qr = pq + row * s.D;                 // (D)
+            double p_dot_dp = 0.0;                        // Σ_j P·dP
             for (int64_t j = 0; j < s.S; ++j) {
               double dp = 0.0;
               for (int64_t d = 0; d < s.D; ++d)
@@ -107,7 +107,7 @@ void attention_backward_cpu(const AttentionShape& s, const Tensor& q, const Tens
                 dv_acc[j * s.D + d] += static_cast<double>(prow[j]) * dorow[d];
             }
             for (int64_t d = 0; d < s.D; ++d) pdq[row * s.D + d] = T(0);
-            std::vector<double> dq_acc(static_cast<size_t>(s.D), 0.0);
+            std::vector<double> dq_acc(static_cast<size_t>(s.D), 0.0);  // (D)
             for (int64_t j = 0; j < s.S; ++j) {
               const double ds = prow[j] * (dscore[j] - p_dot_dp) * s.scale;
               if (ds == 0.0) continue;

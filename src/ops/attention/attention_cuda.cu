@@ -54,6 +54,7 @@ __device__ __forceinline__ int dim_groups(int D) { return D <= kThreads ? kThrea
 // (it synchronizes). Terms with w[j] = 0 (masked keys) are skipped: besides the saved work,
 // masked keys never touch the output even if their rows hold non-finite values. The group
 // partials are added in group order, so the sum order is fixed.
+// w (S), m (S, D), partial (kThreads) shared, out (D).
 template <class T>
 __device__ void weighted_row_sum(const float* w, const T* m, int64_t S, int D, float* partial,
                                  T* out) {
@@ -89,6 +90,7 @@ __device__ void weighted_row_sum(const float* w, const T* m, int64_t S, int D, f
 
 // One block per query row (b, h, t): scores of all S keys into the probs row, softmax in
 // place, then the output row.
+// q, out (B, H, T, D); k, v (B, Hkv, S, D); q_pos (T); k_pos (S); probs (B, H, T, S).
 template <class T>
 __global__ void attention_forward_kernel(Dims s, const T* q, const T* k, const T* v,
                                          const int64_t* q_pos, const int64_t* k_pos, T* out,
@@ -140,6 +142,7 @@ __global__ void attention_forward_kernel(Dims s, const T* q, const T* k, const T
 }
 
 // Backward, one block per query row (b, h, t): dS row into the scratch, then the dQ row.
+// k, v (B, Hkv, S, D); probs, dscores (B, H, T, S); dout, dq (B, H, T, D).
 template <class T>
 __global__ void attention_backward_query_kernel(Dims s, const T* k, const T* v, const float* probs,
                                                 const T* dout, float* dscores, T* dq) {
@@ -188,6 +191,7 @@ __global__ void attention_backward_query_kernel(Dims s, const T* k, const T* v, 
 // Backward, one block per key row (b, kv head, j): dK_j = Σ dS[·, j]·Q and dV_j = Σ P[·, j]·dO
 // over the group's query heads and queries, in (h, t) order within each head-dim group.
 // Owning whole key rows is what makes the GQA sum deterministic without atomics.
+// q, dout (B, H, T, D); probs, dscores (B, H, T, S); dk, dv (B, Hkv, S, D).
 template <class T>
 __global__ void attention_backward_key_kernel(Dims s, const T* q, const float* probs, const T* dout,
                                               const float* dscores, T* dk, T* dv) {

@@ -27,19 +27,19 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   const int64_t kept =
       detail::check_index_range("cross_entropy", targets, V, "target", "row", logits, ignore_index);
   const Device device = logits.device();
-  const Tensor tc = targets.contiguous();
+  const Tensor tc = targets.contiguous();                      // (N)
   const Tensor lc = detail::compute_operand(logits.detach());  // (N, V)
   const DType stat = detail::stat_dtype(lc.dtype());
   Tensor lse = Tensor::empty({N}, stat, device);  // (N)
   Tensor loss = Tensor::empty({}, stat, device);  // ()
   MICROLLM_KERNEL(device, cross_entropy_forward, lc, tc, ignore_index, kept, lse, loss);
-  Tensor out = loss.to(loss_dtype);
+  Tensor out = loss.to(loss_dtype);  // ()
 
   autograd::record(
       "cross_entropy", {logits, targets}, {&out},
       [lc, lse, tc, ignore_index, kept, dtype = logits.dtype()](const std::vector<Tensor>& g) {
-        Tensor dl = Tensor::empty(lc.shape(), lc.dtype(), lc.device());
-        const Tensor dloss = g[0].to(lse.dtype());
+        Tensor dl = Tensor::empty(lc.shape(), lc.dtype(), lc.device());  // (N, V)
+        const Tensor dloss = g[0].to(lse.dtype());                       // ()
         MICROLLM_KERNEL(lc.device(), cross_entropy_backward, lc, tc, lse, dloss, ignore_index, kept,
                         dl);
         return std::vector<Tensor>{dl.to(dtype), Tensor()};

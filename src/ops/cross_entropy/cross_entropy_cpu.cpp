@@ -15,7 +15,7 @@ void cross_entropy_forward_cpu(const Tensor& logits, const Tensor& targets, int6
     T* plse = lse.data<T>();         // (N)
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
-      const T* row = pl + i * V;
+      const T* row = pl + i * V;  // (V)
       T row_max = row[0];
       for (int64_t v = 1; v < V; ++v) row_max = std::max(row_max, row[v]);
       double total = 0.0;
@@ -38,13 +38,13 @@ void cross_entropy_backward_cpu(const Tensor& logits, const Tensor& targets, con
   const double scale = kept ? dloss.item() / static_cast<double>(kept) : 0.0;
   detail::dispatch_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const T* pl = logits.data<T>();
-    const T* plse = lse.data<T>();
-    T* pd = dlogits.data<T>();
+    const T* pl = logits.data<T>();  // (N, V)
+    const T* plse = lse.data<T>();   // (N)
+    T* pd = dlogits.data<T>();       // (N, V)
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
       const int64_t t = detail::load_index(targets, i);
-      T* row = pd + i * V;
+      T* row = pd + i * V;  // (V)
       if (t == ignore_index) {
         for (int64_t v = 0; v < V; ++v) row[v] = T(0);
         continue;

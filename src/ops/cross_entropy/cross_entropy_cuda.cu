@@ -22,6 +22,7 @@ namespace {
 
 using namespace cuda_detail;
 
+// logits (N, V); targets, lse, row_loss (N), with rows = N.
 template <class T, class I>
 __global__ void __launch_bounds__(1024)
     cross_entropy_rows_kernel(const T* logits, const I* targets, int64_t rows, int64_t V,
@@ -47,6 +48,7 @@ __global__ void __launch_bounds__(1024)
 
 // loss = Σ row_loss / kept (0 when kept = 0), by one block: each thread sums a fixed
 // stride of rows, then block_sum; the order depends only on `rows` and the block size.
+// row_loss (N); loss (), with rows = N.
 __global__ void __launch_bounds__(1024)
     mean_over_kept_kernel(const float* row_loss, int64_t rows, int64_t kept, float* loss) {
   __shared__ float scratch[kWarp];
@@ -56,6 +58,7 @@ __global__ void __launch_bounds__(1024)
   if (threadIdx.x == 0) *loss = kept > 0 ? total / static_cast<float>(kept) : 0.0f;
 }
 
+// logits, dlogits (N, V); targets, lse (N); dloss (), with rows = N.
 template <class T, class I>
 __global__ void __launch_bounds__(1024)
     cross_entropy_backward_kernel(const T* logits, const I* targets, const float* lse,

@@ -15,8 +15,8 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   const int64_t V = weight.size(0), C = weight.size(1);
   detail::check_index_range("embedding", ids, V, "id", "flat position", weight);
   const Device device = weight.device();
-  const Tensor idc = ids.contiguous();
-  const Tensor wc = weight.detach().contiguous();
+  const Tensor idc = ids.contiguous();             // (...), e.g. (B, T)
+  const Tensor wc = weight.detach().contiguous();  // (V, C)
   Shape out_shape = ids.shape();
   out_shape.push_back(C);
   Tensor out = Tensor::empty(out_shape, weight.dtype(), device);  // (..., C)
@@ -28,7 +28,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
                      const DType acc = detail::stat_dtype(dtype);
                      const Tensor dy = g[0].is_cuda() ? g[0].contiguous()
                                                       : g[0].to(acc).contiguous();  // (..., C)
-                     Tensor dw = Tensor::zeros({V, C}, acc, dy.device());
+                     Tensor dw = Tensor::zeros({V, C}, acc, dy.device());           // (V, C)
                      MICROLLM_KERNEL(dy.device(), embedding_backward, dy, idc, dw);
                      return std::vector<Tensor>{dw.to(dtype), Tensor()};
                    });

@@ -45,10 +45,11 @@ Tensor as_batched(const Tensor& t) { return t.dim() == 3 ? t : t.unsqueeze(0); }
 // out (batch, M, N) = op(a)·op(b) (+ bias per column), no autograd, on a's device.
 Tensor gemm_forward(const MatmulShape& s, const Tensor& a, const Tensor& b, const Tensor& bias) {
   const GemmProblem& p = s.problem;
+  // a3, b3: (batch or 1, rows, cols)
   const Tensor a3 = as_batched(a.detach()), b3 = as_batched(b.detach());
   if (a.is_cuda()) {
 #if MICROLLM_WITH_CUDA
-    Tensor out = Tensor::empty({p.batch, p.m, p.n}, a.dtype(), a.device());
+    Tensor out = Tensor::empty({p.batch, p.m, p.n}, a.dtype(), a.device());  // (batch, M, N)
     if (p.k == 0) {
       out.fill(0.0);
       if (bias.defined()) out.copy_from(ops::add(out, bias.detach()));
@@ -59,9 +60,9 @@ Tensor gemm_forward(const MatmulShape& s, const Tensor& a, const Tensor& b, cons
 #endif
   }
   // CPU: BLAS in F32/F64 (BF16/F16 widened), then the bias row added.
-  const Tensor aw = a3.to(detail::cpu_compute_dtype(a3.dtype()));
-  const Tensor bw = b3.to(aw.dtype());
-  Tensor out = Tensor::empty({p.batch, p.m, p.n}, aw.dtype());
+  const Tensor aw = a3.to(detail::cpu_compute_dtype(a3.dtype()));  // (batch or 1, rows, cols)
+  const Tensor bw = b3.to(aw.dtype());                             // (batch or 1, rows, cols)
+  Tensor out = Tensor::empty({p.batch, p.m, p.n}, aw.dtype());     // (batch, M, N)
   if (p.k == 0)
     out.fill(0.0);
   else if (out.numel() > 0)
@@ -74,12 +75,13 @@ Tensor gemm_forward(const MatmulShape& s, const Tensor& a, const Tensor& b, cons
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   const MatmulShape s = matmul_shape("matmul", a, b, trans_a, trans_b);
-  Tensor out = gemm_forward(s, a, b, Tensor()).reshape(s.out_shape);
+  Tensor out = gemm_forward(s, a, b, Tensor()).reshape(s.out_shape);  // (M, N) or (B, M, N)
   autograd::record(
       "matmul", {a, b}, {&out},
       [a = a.detach(), b = b.detach(), trans_a, trans_b](const std::vector<Tensor>& g) {
-        const Tensor& dc = g[0];
-        // With A' = op(A), B' = op(B): dA' = dC·B'ᵀ and dB' = A'ᵀ·dC.
+        const Tensor& dc = g[0];  // (M, N) or (B, M, N)
+        // With A' = op(A), B' = op(B): dA' = dC·B'ᵀ and dB' = A'ᵀ·dC. da, db: shapes of a, b (plus
+        // a leading batch dimension when the other operand was batched, summed away below).
         Tensor da = trans_a ? matmul(b, dc, trans_b, true) : matmul(dc, b, false, !trans_b);
         Tensor db = trans_b ? matmul(dc, a, true, trans_a) : matmul(a, dc, !trans_a, false);
         // A 2-D operand was shared across the batch: sum its gradient over it.
@@ -126,9 +128,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 Tensor matmul_naive(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   const MatmulShape s = matmul_shape("matmul_naive", a, b, trans_a, trans_b);
   const GemmProblem& p = s.problem;
+  // ah, bh: (batch or 1, rows, cols) F64
   const Tensor ah = as_batched(a.detach()).to(Device::cpu()).to(DType::F64).contiguous();
   const Tensor bh = as_batched(b.detach()).to(Device::cpu()).to(DType::F64).contiguous();
-  Tensor out = Tensor::empty({p.batch, p.m, p.n}, DType::F64);
+  Tensor out = Tensor::empty({p.batch, p.m, p.n}, DType::F64);  // (batch, M, N)
   const double* pa = ah.data<double>();
   const double* pb = bh.data<double>();
   double* pc = out.data<double>();

@@ -18,7 +18,7 @@ Tensor rope_inv_freq(int64_t head_dim, double theta) {
   // reciprocal in F32. This reproduces PyTorch's CPU values in all but a few elements where
   // its pow is an ulp off (14 of 2,520 over D ≤ 256 and the usual bases); libm's powf
   // differed in 305 of 1,800.
-  std::vector<float> values(static_cast<size_t>(head_dim / 2));
+  std::vector<float> values(static_cast<size_t>(head_dim / 2));  // (D/2)
   for (int64_t i = 0; i < head_dim / 2; ++i) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
     const float power = static_cast<float>(
@@ -42,22 +42,22 @@ Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
                      (positions.dim() == 2 && positions.size(0) == B && positions.size(1) == T),
                  "rope", "positions must be (T) or (B, T) for x ", x.describe(), ", found ",
                  positions.describe());
-  const Tensor xc = detail::compute_operand(x.detach());
+  const Tensor xc = detail::compute_operand(x.detach());  // (B, H, T, D)
   // (T) → (B, T) so the kernel sees one layout.
   const Tensor pos = (positions.dim() == 1 ? positions.unsqueeze(0).expand({B, T}) : positions)
                          .to(DType::I64)
                          .contiguous();
   // Frequencies in the kernel's arithmetic dtype: F32, or F64 for an F64 reference.
   const DType freq_dtype = detail::stat_dtype(xc.dtype());
-  const Tensor freq = inv_freq.detach().to(x.device()).to(freq_dtype).contiguous();
-  Tensor y = Tensor::empty(xc.shape(), xc.dtype(), x.device());
+  const Tensor freq = inv_freq.detach().to(x.device()).to(freq_dtype).contiguous();  // (D/2)
+  Tensor y = Tensor::empty(xc.shape(), xc.dtype(), x.device());                      // (B, H, T, D)
   MICROLLM_KERNEL(x.device(), rope, xc, pos, freq, false, y);
-  Tensor out = y.to(x.dtype());
+  Tensor out = y.to(x.dtype());  // (B, H, T, D)
   autograd::record(
       "rope", {x}, {&out},
       [pos, freq, kernel_dtype = xc.dtype(), dtype = x.dtype()](const std::vector<Tensor>& g) {
-        const Tensor dy = detail::compute_operand(g[0].to(kernel_dtype));
-        Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+        const Tensor dy = detail::compute_operand(g[0].to(kernel_dtype));  // (B, H, T, D)
+        Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());    // (B, H, T, D)
         MICROLLM_KERNEL(dy.device(), rope, dy, pos, freq, true, dx);
         return std::vector<Tensor>{dx.to(dtype)};
       });

@@ -22,7 +22,7 @@ void rope_cpu(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, 
       for (int64_t h = 0; h < H; ++h)
         for (int64_t t = 0; t < T; ++t) {
           const T_ position = static_cast<T_>(pp[b * T + t]);
-          const int64_t row = ((b * H + h) * T + t) * D;
+          const int64_t row = ((b * H + h) * T + t) * D;  // offset of the (D) row
           for (int64_t i = 0; i < half; ++i) {
             const T_ angle = position * pf[i];
             const T_ c = std::cos(angle), s = sign * std::sin(angle);

@@ -32,7 +32,7 @@ __global__ void rope_kernel(const T* x, const int64_t* positions, const float* i
     float s, c;
     sincosf(angle, &s, &c);
     if (inverse) s = -s;
-    const int64_t lo = row * 2 * half + i, hi = lo + half;
+    const int64_t lo = row * 2 * half + i, hi = lo + half;  // offsets into the (D) row
     const float x1 = to_float(x[lo]), x2 = to_float(x[hi]);
     y[lo] = from_float<T>(x1 * c - x2 * s);
     y[hi] = from_float<T>(x2 * c + x1 * s);

@@ -87,9 +87,10 @@ void DataParallel::start_bucket(size_t b) {
   autograd::NoGradGuard no_grad;
   const Tensor& buffer = buffers_[b];  // (padded_numel)
   for (const BucketEntry& e : buckets_[b].entries) {
-    Tensor& p = params_[e.param].second;
+    Tensor& p = params_[e.param].second;  // (shape of the parameter)
+    // (shape of p): elements [offset, offset + numel) of the bucket buffer
     Tensor slot = buffer.narrow(0, e.offset, e.numel).view(p.shape());
-    const Tensor grad = p.grad();
+    const Tensor grad = p.grad();  // (shape of p), or undefined
     if (grad.defined())
       slot.copy_from(grad);
     else
@@ -130,7 +131,7 @@ ZeroOptimizer::ZeroOptimizer(DataParallel& dp, const std::string& kind, const Ad
     const GradBucket& bucket = dp.buckets()[b];
     for (const ShardSegment& s : shard_segments(bucket, rank, world)) {
       const auto& [pname, p] = dp.params()[s.param];
-      // A flat view into the parameter's storage: the inner optimizer publishes into it.
+      // (numel) flat view into the parameter's storage: the inner optimizer publishes into it.
       Tensor slice =
           Tensor::from_storage(p.storage(), {s.numel}, {1}, p.offset() + s.param_offset, p.dtype());
       slice.set_grad(dp.grad_shard(b).narrow(0, s.shard_offset, s.numel));
@@ -164,7 +165,7 @@ void ZeroOptimizer::gather_parameters() {
         send.narrow(0, s.shard.shard_offset, s.shard.numel).copy_from(s.param_slice);
     dp_.comm().all_gather(send, gather_[b]);
     for (const BucketEntry& e : dp_.buckets()[b].entries) {
-      Tensor p = dp_.params()[e.param].second.detach();
+      Tensor p = dp_.params()[e.param].second.detach();  // (shape of the parameter)
       p.copy_from(gather_[b].narrow(0, e.offset, e.numel).view(p.shape()));
     }
   }
@@ -173,9 +174,9 @@ void ZeroOptimizer::gather_parameters() {
 double ZeroOptimizer::clip_grad_norm(double max_norm) {
   autograd::NoGradGuard no_grad;
   // Σ g² over this rank's shards, then over ranks; every rank gets the same norm.
-  Tensor total = Tensor::zeros({1}, DType::F32, dp_.comm().device());
+  Tensor total = Tensor::zeros({1}, DType::F32, dp_.comm().device());  // (1) F32
   for (const Segment& s : segments_) {
-    const Tensor g = s.param_slice.grad().to(DType::F32);
+    const Tensor g = s.param_slice.grad().to(DType::F32);  // (numel) F32
     total = ops::add(total, ops::sum_all(ops::mul(g, g)).reshape({1}));
   }
   dp_.comm().all_reduce(total, ReduceOp::Sum);
@@ -183,7 +184,7 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
   if (max_norm > 0.0 && norm > max_norm) {
     const double scale = max_norm / (norm + 1e-6);  // as train::clip_grad_norm
     for (const Segment& s : segments_) {
-      Tensor g = s.param_slice.grad();
+      Tensor g = s.param_slice.grad();  // (numel), the bucket dtype
       g.copy_from(ops::scale(g, scale));
     }
   }
@@ -243,6 +244,7 @@ void ZeroOptimizer::load_state(const std::map<std::string, Tensor>& tensors, int
   for (const std::string& prefix : inner_->state_prefixes()) {
     for (const Segment& s : segments_) {
       const auto& [pname, p] = dp_.params()[s.shard.param];
+      // (s.shard.numel) F32: this rank's elements of the full tensor
       mine[prefix + "." + s.name] = full(prefix + "." + pname, p)
                                         .contiguous()
                                         .reshape({-1})

@@ -118,10 +118,10 @@ void InProcessGroup::execute() {
   if (op == "broadcast") {
     MICROLLM_CHECK(first.root >= 0 && first.root < world_size_, op, "root ", first.root,
                    " is outside the group of ", world_size_);
-    const Tensor src = calls_[static_cast<size_t>(first.root)]->input;
+    const Tensor src = calls_[static_cast<size_t>(first.root)]->input;  // (any shape, n elements)
     for (int r = 0; r < world_size_; ++r) {
       if (r == first.root) continue;
-      Tensor dst = calls_[static_cast<size_t>(r)]->input;
+      Tensor dst = calls_[static_cast<size_t>(r)]->input;  // (shape of src)
       dst.copy_from(src);
     }
     return;

@@ -159,7 +159,7 @@ void NcclCommunicator::broadcast(Tensor t, int root) {
 
 void NcclCommunicator::barrier() {
   // NCCL has no barrier: a one-element all-reduce every rank must join, then the host waits.
-  Tensor token = Tensor::zeros({1}, DType::F32, device_);
+  Tensor token = Tensor::zeros({1}, DType::F32, device_);  // (1)
   all_reduce(token, ReduceOp::Sum);
   cuda::synchronize(cuda::current_stream(device_));
 }
