@@ -33,6 +33,7 @@ if [ -n "$nvcc_path" ]; then
   step "cuda-release: build with $nvcc_path"
   cmake --preset cuda-release -DCMAKE_CUDA_COMPILER="$nvcc_path" >/dev/null
   cmake --build --preset cuda-release -j "$jobs"
+  make -C dev/cuda NVCC="$nvcc_path" -j "$jobs"  # the kernel lab builds too, so it cannot rot
   step "cuda-release: CUDA tests (skipped with a reason when there is no GPU)"
   ctest --preset cuda-release -L cuda -j 1
   # CTest lists skipped tests without their output; show the reason once.
