@@ -54,7 +54,8 @@ void Scheduler::add(Sequence seq) {
                  config_.max_model_len);
   // While running, at most min(prompt + max_new, max_model_len) − 1 tokens have K/V: the
   // last token is sampled, never fed.
-  const int64_t total = std::min(prompt + seq.params.max_new_tokens, config_.max_model_len);
+  const int64_t total =
+      prompt + std::min(seq.params.max_new_tokens, config_.max_model_len - prompt);  // no overflow
   const int64_t blocks = ceil_div(total - 1, config_.block_size);
   MICROLLM_CHECK(blocks <= config_.num_blocks, kOp, "add: sequence ", id,
                  " can never fit: ", prompt, " prompt + ", seq.params.max_new_tokens,

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -357,6 +358,9 @@ TEST(Scheduler, BadRequestsAndMisuseAreClearErrors) {
   EXPECT_TRUE(throws_error([&] { s.add(request(1, 5, 5)); }, "scheduler",
                            {"sequence 1", "can never fit", "3 blocks", "the pool has 2"}));
   EXPECT_NO_THROW(s.add(request(1, 5, 4)));  // 8 cached → 2 blocks
+  // The context bounds what is cached: 4 + huge → 16 tokens, 15 cached → 4 blocks > 2.
+  EXPECT_TRUE(throws_error([&] { s.add(request(7, 4, std::numeric_limits<int64_t>::max())); },
+                           "scheduler", {"4 blocks"}));
   EXPECT_TRUE(throws_error([&] { s.add(request(1, 2, 1)); }, "scheduler", {"already queued"}));
   EXPECT_TRUE(throws_error([&] { s.add(request(2, 0, 1)); }, "scheduler", {"empty prompt"}));
   EXPECT_TRUE(throws_error([&] { s.add(request(3, 16, 1)); }, "scheduler",
