@@ -16,6 +16,7 @@
 #include "microllm/core/random.h"
 #include "microllm/core/tensor.h"
 #include "microllm/ops/attention.h"
+#include "microllm/ops/paged_attention.h"
 
 namespace microllm::testing::paged {
 
@@ -102,11 +103,13 @@ inline Step make_step(const std::vector<Sequence>& seqs, const Layout& layout, c
   for (int64_t b = 0; b < B; ++b) {
     const auto [begin, end] = ranges[b];
     step.row_of.push_back(starts.back());
-    const std::vector<double> qb = seqs[b].q.to_vector_f64(), kb = seqs[b].k.to_vector_f64(),
-                              vb = seqs[b].v.to_vector_f64();
-    q.insert(q.end(), qb.begin() + begin * H * D, qb.begin() + end * H * D);
-    k.insert(k.end(), kb.begin() + begin * Hkv * D, kb.begin() + end * Hkv * D);
-    v.insert(v.end(), vb.begin() + begin * Hkv * D, vb.begin() + end * Hkv * D);
+    const int64_t n = end - begin;
+    const std::vector<double> qb = seqs[b].q.narrow(0, begin, n).to_vector_f64(),
+                              kb = seqs[b].k.narrow(0, begin, n).to_vector_f64(),
+                              vb = seqs[b].v.narrow(0, begin, n).to_vector_f64();
+    q.insert(q.end(), qb.begin(), qb.end());
+    k.insert(k.end(), kb.begin(), kb.end());
+    v.insert(v.end(), vb.begin(), vb.end());
     for (int64_t j = begin; j < end; ++j) slots.push_back(layout.slot(b, j));
     starts.push_back(starts.back() + end - begin);
     lens.push_back(end);
@@ -133,6 +136,37 @@ inline Step make_step(const std::vector<Sequence>& seqs, const Layout& layout, c
   step.seq_lens = i32(lens, {B});
   step.block_tables = i32(tables, {B, layout.M});
   return step;
+}
+
+// Three schedules of the same sequences, each meant for fresh caches: whole prefill; prefill
+// in three chunks; prefill of all but the last token, then one decode step.
+inline std::vector<std::vector<Ranges>> standard_schedules(const std::vector<int64_t>& lengths) {
+  Ranges whole, first, second, third, head, tail;
+  for (int64_t T : lengths) {
+    whole.push_back({0, T});
+    first.push_back({0, T / 3});
+    second.push_back({T / 3, 2 * T / 3});
+    third.push_back({2 * T / 3, T});
+    head.push_back({0, T - 1});
+    tail.push_back({T - 1, T});
+  }
+  return {{whole}, {first, second, third}, {head, tail}};
+}
+
+// The step's tensors on `device`.
+inline Step to_device(const Step& step, Device device) {
+  Step moved = step;
+  for (Tensor* t : {&moved.q, &moved.k, &moved.v, &moved.slot_mapping, &moved.query_starts,
+                    &moved.seq_lens, &moved.block_tables})
+    *t = t->to(device);
+  return moved;
+}
+
+// F32 workspace for one call with `max_seq_len`, undefined when the call needs none.
+inline Tensor workspace_for(const Step& step, int64_t max_seq_len, Device device = Device::cpu()) {
+  const int64_t bytes = ops::paged_attention_workspace_bytes(
+      step.q.size(0), step.q.size(1), step.k.size(1), step.q.size(2), max_seq_len);
+  return bytes > 0 ? Tensor::empty({bytes / 4}, DType::F32, device) : Tensor();
 }
 
 // ops::attention on sequence b's queries [begin, end) over its keys 0..end−1, with explicit

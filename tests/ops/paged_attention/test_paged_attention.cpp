@@ -27,13 +27,6 @@ struct Heads {
   int64_t H, Hkv, D;
 };
 
-// Workspace for one call, undefined when the call needs none.
-Tensor workspace_for(const Step& step, int64_t max_seq_len) {
-  const int64_t bytes = ops::paged_attention_workspace_bytes(
-      step.q.size(0), step.q.size(1), step.k.size(1), step.q.size(2), max_seq_len);
-  return bytes > 0 ? Tensor::empty({bytes / 4}, DType::F32) : Tensor();
-}
-
 // kv_write of the step's rows, then paged_attention; returns out (N, H, D) in q's dtype.
 Tensor run_step(const Step& step, const Tensor& k_cache, const Tensor& v_cache,
                 double scale = NAN) {
@@ -92,21 +85,6 @@ double tolerance_ratio(const Tensor& got, const Tensor& want, double atol, doubl
   return ::testing::AssertionSuccess();
 }
 
-// Three schedules of the same sequences, each into fresh caches: whole prefill; prefill in
-// three chunks; prefill of all but the last token, then one decode step.
-std::vector<std::vector<Ranges>> schedules(const std::vector<int64_t>& lengths) {
-  Ranges whole, first, second, third, head, tail;
-  for (int64_t T : lengths) {
-    whole.push_back({0, T});
-    first.push_back({0, T / 3});
-    second.push_back({T / 3, 2 * T / 3});
-    third.push_back({2 * T / 3, T});
-    head.push_back({0, T - 1});
-    tail.push_back({T - 1, T});
-  }
-  return {{whole}, {first, second, third}, {head, tail}};
-}
-
 std::string describe(const Heads& h, int64_t BS, DType q_dtype, DType cache_dtype) {
   std::ostringstream out;
   out << "H " << h.H << " Hkv " << h.Hkv << " D " << h.D << " BS " << BS << " q " << q_dtype
@@ -123,7 +101,7 @@ std::string describe(const Heads& h, int64_t BS, DType q_dtype, DType cache_dtyp
   const std::vector<Sequence> seqs = make_sequences(lengths, h.H, h.Hkv, h.D, seed, values);
   const Layout layout = make_layout(lengths, BS, seed + 1);
   int schedule = 0;
-  for (const std::vector<Ranges>& steps : schedules(lengths)) {
+  for (const std::vector<Ranges>& steps : standard_schedules(lengths)) {
     const Tensor k_cache = nan_cache(layout, h.Hkv, h.D, cache_dtype);
     const Tensor v_cache = nan_cache(layout, h.Hkv, h.D, cache_dtype);
     for (size_t i = 0; i < steps.size(); ++i) {
