@@ -8,10 +8,11 @@
 // K/V tile) and, in split mode, one 64-key chunk. Per 32-key tile: the block loads K and V
 // into shared memory as F32 (16-byte loads, zeros past the visible keys), each warp scores
 // the tile with one lane per key, updates its running max and sum and accumulates P·V with
-// lanes over the head dim. Per chunk the state (m, l, o) starts afresh and is folded into the
-// row's total with fold(); split mode writes each chunk's folded state to the workspace and
-// the combine kernel folds them in chunk order. fold() rounds explicitly (no contraction),
-// so both modes give the same bits and a row's result never depends on the rest of the step.
+// lanes over the head dim. Per chunk the state (m, l, o) starts afresh; a single pass folds
+// the chunks into the row's total with fold(), split mode writes each chunk's state to the
+// workspace and the combine kernel folds them in the same order. The chunk code is shared
+// and fold() rounds explicitly (no contraction), so both modes give the same bits and a
+// row's result never depends on the rest of the step.
 // Layout: q, out (N, H, D) rows at q_row_stride / out_row_stride; caches (NB, BS, Hkv, D);
 // workspace: partial outputs (N, H, chunks, D) then (m, l) pairs (N, H, chunks, 2), F32.
 // No atomics: every output element has one writer.
@@ -195,14 +196,16 @@ __global__ void __launch_bounds__(kThreads)
   if (!active) return;
   const int64_t row = static_cast<int64_t>(n) * s.H + h;  // (n, h) over (N, H)
   if (s.split) {
+    // The block's one chunk as computed, so that the combine folds exactly what a single
+    // pass folds.
     const int64_t slot = partial_slot(s, row, blockIdx.z);
     float* o = workspace + slot * kD;
     float* stats = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD + slot * 2;
 #pragma unroll
-    for (int i = 0; i < SoftmaxState<kD>::kPerLane; ++i) o[lane + i * kWarp] = total.o[i];
+    for (int i = 0; i < SoftmaxState<kD>::kPerLane; ++i) o[lane + i * kWarp] = chunk.o[i];
     if (lane == 0) {
-      stats[0] = total.m;
-      stats[1] = total.l;
+      stats[0] = chunk.m;
+      stats[1] = chunk.l;
     }
   } else {
     total.store(out + n * s.out_row_stride + h * kD, lane);
