@@ -1,0 +1,314 @@
+// CUDA paged attention: online softmax over key tiles read through the block table, with
+// split-K over fixed 64-key chunks for steps with few rows (flash-decoding).
+// References: Kwon et al. 2023 (PagedAttention, vLLM); Dao et al. 2023 (Flash-Decoding);
+// Milakov & Gimelshein 2018 (online softmax).
+//
+// Grid (N rows, Hkv · head_blocks, chunks): a block serves one new token row, up to
+// kPagedHeadsPerBlock query heads of one KV group (one warp per head, so the group shares each
+// K/V tile) and, in split mode, one 64-key chunk. Per 32-key tile: the block loads K and V
+// into shared memory as F32 (16-byte loads, zeros past the visible keys), each warp scores
+// the tile with one lane per key, updates its running max and sum and accumulates P·V with
+// lanes over the head dim. Per chunk the state (m, l, o) starts afresh; a single pass folds
+// the chunks into the row's total with fold(), split mode writes each chunk's state to the
+// workspace and the combine kernel folds them in the same order. The chunk code is shared
+// and fold() rounds explicitly (no contraction), so both modes give the same bits and a
+// row's result never depends on the rest of the step.
+// Layout: q, out (N, H, D) rows at q_row_stride / out_row_stride; caches (NB, BS, Hkv, D);
+// workspace: partial outputs (N, H, chunks, D) then (m, l) pairs (N, H, chunks, 2), F32.
+// No atomics: every output element has one writer.
+#include <cmath>
+#include <type_traits>
+
+#include "../cuda_common.cuh"
+#include "paged_attention_kernels.h"
+
+namespace microllm::ops {
+namespace {
+
+using namespace cuda_detail;
+
+constexpr int kWarps = static_cast<int>(kPagedHeadsPerBlock);  // one query head per warp
+constexpr int kThreads = kWarps * kWarp;
+constexpr int kKeyTile = kWarp;  // keys per shared-memory tile: one per lane for the scores
+constexpr int kChunk = static_cast<int>(kPagedChunkKeys);
+static_assert(kChunk % kKeyTile == 0, "a chunk is a whole number of tiles");
+
+// The plan as the kernels read it.
+struct Dims {
+  int N, B, H, Hkv, group, head_blocks, BS, M, max_seq_len, num_chunks;
+  int64_t q_row_stride, out_row_stride;
+  float scale;
+  bool split;
+};
+
+// The sequence of row n and how many keys it sees (0 for padding rows: output zeros).
+struct RowPlace {
+  int b, visible;
+};
+
+__device__ RowPlace place_row(const Dims& s, const int32_t* query_starts, const int32_t* seq_lens,
+                              int n) {
+  // Binary search for the last b with query_starts[b] <= n.
+  int lo = 0, hi = s.B + 1;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (query_starts[mid] <= n)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  const int b = lo - 1;
+  if (b < 0 || b >= s.B) return {-1, 0};
+  const int new_tokens = query_starts[b + 1] - query_starts[b];
+  const int position = seq_lens[b] - new_tokens + (n - query_starts[b]);
+  return {b, max(0, min(position + 1, s.max_seq_len))};
+}
+
+// Running softmax state of one query head over some keys: max m, sum l of exp(score − m) and
+// the unnormalized output o; each lane holds o[d] for d = lane + 32·i.
+template <int kD>
+struct SoftmaxState {
+  static constexpr int kPerLane = kD / kWarp;
+  float m, l, o[kPerLane];
+
+  __device__ void reset() {
+    m = -INFINITY;
+    l = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) o[i] = 0.0f;
+  }
+
+  // Adds one tile of `keys` keys (rows past it are zeros). Called by a whole warp.
+  __device__ void add_tile(const float* q_row, const float (*k_tile)[kD + 1],
+                           const float (*v_tile)[kD + 1], int keys, float scale, int lane) {
+    float dot = 0.0f;  // lane j scores key j
+#pragma unroll 16
+    for (int d = 0; d < kD; ++d) dot += q_row[d] * k_tile[lane][d];
+    const float score = lane < keys ? dot * scale : -INFINITY;
+    const float m_new = fmaxf(m, warp_max(score));  // finite: key 0 of a tile is visible
+    const float rescale = expf(m - m_new);          // 0 on a chunk's first tile
+    const float prob = lane < keys ? expf(score - m_new) : 0.0f;
+    l = l * rescale + warp_sum(prob);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) o[i] *= rescale;
+    for (int j = 0; j < keys; ++j) {
+      const float p = __shfl_sync(0xffffffffu, prob, j);
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) o[i] += p * v_tile[j][lane + i * kWarp];
+    }
+    m = m_new;
+  }
+
+  // Folds the state of the next chunk (never empty) into this one. The roundings are
+  // explicit so that the partial and the combine kernel compute this bit for bit alike.
+  __device__ void fold(const SoftmaxState& c) {
+    const float m_new = fmaxf(m, c.m);
+    const float a = expf(m - m_new), b = expf(c.m - m_new);
+    l = __fmaf_rn(c.l, b, __fmul_rn(l, a));
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) o[i] = __fmaf_rn(c.o[i], b, __fmul_rn(o[i], a));
+    m = m_new;
+  }
+
+  // out[d] = o[d] / l, zeros for a row without keys.
+  template <class T>
+  __device__ void store(T* out_row, int lane) const {
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      out_row[lane + i * kWarp] = from_float<T>(l > 0.0f ? __fdiv_rn(o[i], l) : 0.0f);
+  }
+};
+
+// Loads keys first_key .. first_key+keys−1 of KV head kv into tile (zeros for the rest of the
+// kKeyTile rows) as F32, 16 bytes per load. Called by the whole block.
+template <class CacheT, int kD>
+__device__ void load_tile(const Dims& s, const CacheT* cache, const int32_t* table_row, int kv,
+                          int first_key, int keys, float (*tile)[kD + 1]) {
+  constexpr int kV = kVec<CacheT>;    // elements per 16-byte load
+  constexpr int kRowLoads = kD / kV;  // loads per key row
+  for (int i = threadIdx.x; i < kKeyTile * kRowLoads; i += kThreads) {
+    const int j = i / kRowLoads, d0 = (i % kRowLoads) * kV;
+    float* dst = &tile[j][d0];
+    if (j < keys) {
+      const int key = first_key + j;
+      const int64_t slot = static_cast<int64_t>(table_row[key / s.BS]) * s.BS + key % s.BS;
+      const Vec16<CacheT> x =
+          *reinterpret_cast<const Vec16<CacheT>*>(cache + (slot * s.Hkv + kv) * kD + d0);
+#pragma unroll
+      for (int e = 0; e < kV; ++e) dst[e] = to_float(x.v[e]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kV; ++e) dst[e] = 0.0f;
+    }
+  }
+}
+
+// Workspace slots of chunk c of query row (n, h) = row: partial output and (m, l).
+__device__ __forceinline__ int64_t partial_slot(const Dims& s, int64_t row, int c) {
+  return row * s.num_chunks + c;
+}
+
+// Partial kernel: single pass (grid z = 1, writes out) or one chunk per block (split mode,
+// grid z = chunks, writes the workspace).
+template <class T, class CacheT, int kD>
+__global__ void __launch_bounds__(kThreads)
+    paged_attention_kernel(Dims s, const T* q, const CacheT* k_cache, const CacheT* v_cache,
+                           const int32_t* query_starts, const int32_t* seq_lens,
+                           const int32_t* block_tables, T* out, float* workspace) {
+  __shared__ float q_rows[kWarps][kD];        // the block's query rows in F32
+  __shared__ float k_tile[kKeyTile][kD + 1];  // +1: lane j reads row j without bank conflicts
+  __shared__ float v_tile[kKeyTile][kD + 1];
+  const int n = blockIdx.x;
+  const int kv = blockIdx.y / s.head_blocks;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int h = kv * s.group + (blockIdx.y % s.head_blocks) * kWarps + warp;
+  const bool active = h < (kv + 1) * s.group;  // a group's last block may have fewer heads
+  const RowPlace place = place_row(s, query_starts, seq_lens, n);
+
+  // Keys of this block: all visible ones, or chunk blockIdx.z of them.
+  int key_begin = 0, key_end = place.visible;
+  if (s.split) {
+    key_begin = blockIdx.z * kChunk;
+    key_end = min(key_end, key_begin + kChunk);
+    if (key_begin >= key_end) return;  // past the row's keys; uniform over the block
+  }
+  if (active)
+    for (int d = lane; d < kD; d += kWarp)
+      q_rows[warp][d] = to_float(q[n * s.q_row_stride + h * kD + d]);
+  // (M) the row's block table; padding rows (b = −1) read no key.
+  const int32_t* table_row = block_tables + static_cast<int64_t>(max(place.b, 0)) * s.M;
+
+  SoftmaxState<kD> total, chunk;
+  total.reset();
+  for (int c0 = key_begin; c0 < key_end; c0 += kChunk) {
+    chunk.reset();
+    const int c1 = min(c0 + kChunk, key_end);
+    for (int t0 = c0; t0 < c1; t0 += kKeyTile) {
+      const int keys = min(kKeyTile, c1 - t0);
+      __syncthreads();  // the previous tile is consumed; q_rows are published the first time
+      load_tile<CacheT, kD>(s, k_cache, table_row, kv, t0, keys, k_tile);
+      load_tile<CacheT, kD>(s, v_cache, table_row, kv, t0, keys, v_tile);
+      __syncthreads();
+      if (active) chunk.add_tile(q_rows[warp], k_tile, v_tile, keys, s.scale, lane);
+    }
+    total.fold(chunk);
+  }
+  if (!active) return;
+  const int64_t row = static_cast<int64_t>(n) * s.H + h;  // (n, h) over (N, H)
+  if (s.split) {
+    // The block's one chunk as computed, so that the combine folds exactly what a single
+    // pass folds.
+    const int64_t slot = partial_slot(s, row, blockIdx.z);
+    float* o = workspace + slot * kD;
+    float* stats = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD + slot * 2;
+#pragma unroll
+    for (int i = 0; i < SoftmaxState<kD>::kPerLane; ++i) o[lane + i * kWarp] = chunk.o[i];
+    if (lane == 0) {
+      stats[0] = chunk.m;
+      stats[1] = chunk.l;
+    }
+  } else {
+    total.store(out + n * s.out_row_stride + h * kD, lane);
+  }
+}
+
+// Combine kernel (split mode): one warp per query row (n, h) folds the row's chunk partials
+// in chunk order and writes the normalized output.
+template <class T, int kD>
+__global__ void __launch_bounds__(kThreads)
+    paged_attention_combine_kernel(Dims s, const int32_t* query_starts, const int32_t* seq_lens,
+                                   const float* workspace, T* out) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;  // (n, h) over (N, H)
+  if (row >= static_cast<int64_t>(s.N) * s.H) return;  // no block-wide synchronization below
+  const int n = static_cast<int>(row / s.H), h = static_cast<int>(row % s.H);
+  const RowPlace place = place_row(s, query_starts, seq_lens, n);
+  const int chunks = (place.visible + kChunk - 1) / kChunk;
+  const float* stats = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD;
+  SoftmaxState<kD> total, part;
+  total.reset();
+  for (int c = 0; c < chunks; ++c) {
+    const int64_t slot = partial_slot(s, row, c);
+    part.m = stats[slot * 2];
+    part.l = stats[slot * 2 + 1];
+#pragma unroll
+    for (int i = 0; i < SoftmaxState<kD>::kPerLane; ++i)
+      part.o[i] = workspace[slot * kD + lane + i * kWarp];
+    total.fold(part);
+  }
+  total.store(out + n * s.out_row_stride + h * kD, lane);
+}
+
+Dims dims_of(const PagedAttentionPlan& p) {
+  MICROLLM_CHECK(p.N <= INT32_MAX && p.Hkv * p.head_blocks <= 65535, "paged_attention",
+                 "too many rows or heads for the CUDA grid: N ", p.N, " Hkv ", p.Hkv, " H ", p.H);
+  MICROLLM_CHECK(p.B < INT32_MAX && p.M <= INT32_MAX && p.BS <= INT32_MAX, "paged_attention",
+                 "block tables too large for 32-bit indexing: B ", p.B, " M ", p.M, " BS ", p.BS);
+  return Dims{static_cast<int>(p.N),
+              static_cast<int>(p.B),
+              static_cast<int>(p.H),
+              static_cast<int>(p.Hkv),
+              static_cast<int>(p.H / p.Hkv),
+              static_cast<int>(p.head_blocks),
+              static_cast<int>(p.BS),
+              static_cast<int>(p.M),
+              static_cast<int>(p.max_seq_len),
+              static_cast<int>(p.num_chunks),
+              p.q_row_stride,
+              p.out_row_stride,
+              static_cast<float>(p.scale),
+              p.split};
+}
+
+// Calls fn(std::integral_constant<int, D>{}) for the head dims the kernels are built for.
+template <class Fn>
+void dispatch_head_dim(int64_t D, Fn&& fn) {
+  if (D == 64) return fn(std::integral_constant<int, 64>{});
+  if (D == 128) return fn(std::integral_constant<int, 128>{});
+  MICROLLM_FAIL("paged_attention",
+                "CUDA paged attention takes head dims 64 and 128, found D = ", D);
+}
+
+}  // namespace
+
+void paged_attention_cuda(const PagedAttentionPlan& p, const Tensor& q, const Tensor& k_cache,
+                          const Tensor& v_cache, const Tensor& query_starts, const Tensor& seq_lens,
+                          const Tensor& block_tables, const Tensor& out, const Tensor& workspace) {
+  const Dims s = dims_of(p);
+  MICROLLM_CHECK(aligned16({k_cache.raw_data(), v_cache.raw_data()}), "paged_attention",
+                 "CUDA KV caches must start at 16-byte aligned addresses, found k_cache ",
+                 k_cache.describe(), " at ", k_cache.raw_data(), ", v_cache at ",
+                 v_cache.raw_data());
+  cudaStream_t stream = stream_of(out);
+  float* ws = p.split ? ptr<float>(workspace) : nullptr;
+  dispatch_head_dim(p.D, [&](auto head_dim) {
+    constexpr int kD = decltype(head_dim)::value;
+    dispatch_cuda_float(q.dtype(), "paged_attention", [&](auto tag) {
+      using T = decltype(tag);
+      const auto launch = [&](auto cache_tag) {
+        using CacheT = decltype(cache_tag);
+        const dim3 grid(static_cast<unsigned>(s.N), static_cast<unsigned>(s.Hkv * s.head_blocks),
+                        s.split ? static_cast<unsigned>(s.num_chunks) : 1u);
+        paged_attention_kernel<T, CacheT, kD><<<grid, kThreads, 0, stream>>>(
+            s, ptr<const T>(q), ptr<const CacheT>(k_cache), ptr<const CacheT>(v_cache),
+            ptr<const int32_t>(query_starts), ptr<const int32_t>(seq_lens),
+            ptr<const int32_t>(block_tables), ptr<T>(out), ws);
+        CUDA_CHECK_LAUNCH("paged_attention_kernel");
+      };
+      // The cache dtype was checked on the host: f32 or bf16.
+      if (k_cache.dtype() == DType::F32)
+        launch(float{});
+      else
+        launch(__nv_bfloat16{});
+      if (s.split) {
+        const int64_t rows = static_cast<int64_t>(s.N) * s.H;
+        paged_attention_combine_kernel<T, kD>
+            <<<static_cast<unsigned>(ceil_div(rows, kWarps)), kThreads, 0, stream>>>(
+                s, ptr<const int32_t>(query_starts), ptr<const int32_t>(seq_lens), ws, ptr<T>(out));
+        CUDA_CHECK_LAUNCH("paged_attention_combine_kernel");
+      }
+    });
+  });
+}
+
+}  // namespace microllm::ops
