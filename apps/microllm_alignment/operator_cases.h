@@ -1,6 +1,6 @@
 // Operator cases: one microllm operator run on inputs read from .npy files, as described
 // by a case.json. Shared by the PyTorch oracle (tests/oracle/op_runner.cpp, driven by
-// tests/oracle/test_ops_oracle.py) and the operator alignment tool (`microllm_alignment
+// tests/ops/<op>/test_<op>_oracle.py) and the operator alignment tool (`microllm_alignment
 // operator`, driven by tools/alignment/operators/run_operators.py).
 //
 // case.json:

@@ -1,4 +1,5 @@
-// microllm_op_runner: runs one operator case for the PyTorch oracle (test_ops_oracle.py).
+// microllm_op_runner: runs one operator case for the PyTorch oracle
+// (tests/ops/<op>/test_<op>_oracle.py).
 //
 //   microllm_op_runner CASE_DIR     run the case described by CASE_DIR/case.json
 //   microllm_op_runner --list-ops   print every operator name the runner knows

@@ -2,6 +2,8 @@
 // S = Q·Kᵀ·scale with keys after the query's position masked, P = softmax(S), O = P·V, query
 // head h reading KV head h / (H / Hkv). Covers GQA (including H=14, Hkv=2, D=64), T < S with
 // default positions, explicit positions, custom scale, and that the causal mask holds.
+// Also the error paths: bad GQA grouping, mismatched shapes and dtypes, wrong rank, a head
+// dim of 0, positions of the wrong shape or dtype.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -77,6 +79,8 @@ Qkv random_qkv(int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t S, int64_t 
 }
 
 }  // namespace
+
+// ---- forward ---------------------------------------------------------------------------------
 
 TEST(AttentionForward, GqaCausalAndNonCausalF64) {
   const Qkv x = random_qkv(2, 4, 2, 5, 5, 8, 1);
@@ -172,4 +176,43 @@ TEST(AttentionForward, DefaultScaleIsInverseSqrtD) {
   options.scale = 1.0 / 3.0;
   EXPECT_TRUE(all_close(ops::attention(x.q, x.k, x.v),
                         ops::attention(x.q, x.k, x.v, options).to_vector_f64(), 1e-15));
+}
+
+// ---- bad input -------------------------------------------------------------------------------
+
+namespace {
+// Zero tensors of a shape, for the error cases.
+Tensor f32(const Shape& shape) { return Tensor::zeros(shape, DType::F32); }
+Tensor f64(const Shape& shape) { return Tensor::zeros(shape, DType::F64); }
+Tensor i64(const Shape& shape) { return Tensor::zeros(shape, DType::I64); }
+}  // namespace
+
+TEST(BadInput, Attention) {
+  EXPECT_ERROR(ops::attention(f32({1, 3, 2, 4}), f32({1, 2, 2, 4}), f32({1, 2, 2, 4})), "attention",
+               {"query heads 3", "KV heads 2", "f32(1, 3, 2, 4)"});
+  EXPECT_ERROR(ops::attention(f32({1, 2, 2, 4}), f32({1, 0, 2, 4}), f32({1, 0, 2, 4})), "attention",
+               {"KV heads 0"});
+  EXPECT_ERROR(ops::attention(f32({1, 2, 2, 4}), f32({1, 1, 2, 5}), f32({1, 1, 2, 5})), "attention",
+               {"f32(1, 2, 2, 4)", "f32(1, 1, 2, 5)"});
+  EXPECT_ERROR(ops::attention(f32({1, 2, 2, 4}), f32({1, 1, 2, 4}), f32({1, 1, 3, 4})), "attention",
+               {"v f32(1, 1, 3, 4)"});
+  EXPECT_ERROR(ops::attention(f32({2, 2, 2, 4}), f32({1, 1, 2, 4}), f32({1, 1, 2, 4})), "attention",
+               {"f32(2, 2, 2, 4)", "f32(1, 1, 2, 4)"});
+  EXPECT_ERROR(ops::attention(f32({2, 2, 4}), f32({1, 1, 2, 4}), f32({1, 1, 2, 4})), "attention",
+               {"'q'", "rank 4", "f32(2, 2, 4)"});
+  EXPECT_ERROR(ops::attention(f32({1, 2, 2, 4}), f64({1, 1, 2, 4}), f32({1, 1, 2, 4})), "attention",
+               {"f32(1, 2, 2, 4)", "f64(1, 1, 2, 4)"});
+  EXPECT_ERROR(ops::attention(f32({1, 1, 2, 0}), f32({1, 1, 2, 0}), f32({1, 1, 2, 0})), "attention",
+               {"head dimension is 0", "f32(1, 1, 2, 0)"});
+  ops::AttentionOptions options;
+  options.q_positions = ids({0, 1, 2}, {3});
+  EXPECT_ERROR(ops::attention(f32({1, 1, 2, 4}), f32({1, 1, 2, 4}), f32({1, 1, 2, 4}), options),
+               "attention", {"q_positions", "(2)", "i64(3,)"});
+  options.q_positions = Tensor();
+  options.k_positions = f32({2});
+  EXPECT_ERROR(ops::attention(f32({1, 1, 2, 4}), f32({1, 1, 2, 4}), f32({1, 1, 2, 4}), options),
+               "attention", {"k_positions", "f32(2,)"});
+  options.k_positions = i64({1, 2});
+  EXPECT_ERROR(ops::attention(f32({1, 1, 2, 4}), f32({1, 1, 2, 4}), f32({1, 1, 2, 4}), options),
+               "attention", {"k_positions", "i64(1, 2)"});
 }

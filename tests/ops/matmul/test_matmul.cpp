@@ -4,6 +4,9 @@
 //
 // The tolerance of each element is relative to Σ_k |a_ik|·|b_kj|, which bounds the rounding
 // error of any summation order: 1e-5 for F32 and 1e-12 for F64.
+//
+// Also linear, and the error paths of matmul, matmul_naive and linear: mismatched K,
+// wrong ranks, batch mismatch, mixed or integer dtypes, a bias of the wrong shape.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -177,4 +180,36 @@ TEST(Matmul, LinearEqualsMatmulWithTransposedWeightPlusBias) {
   EXPECT_TRUE(microllm::testing::optest::all_close(y, want, 1e-13));
   // A 1-D input is one row.
   EXPECT_EQ(ops::linear(randn_tensor({5}, 15), w).shape(), (Shape{4}));
+}
+
+// ---- bad input -------------------------------------------------------------------------------
+
+namespace {
+// Zero tensors of a shape, for the error cases.
+Tensor f32(const Shape& shape) { return Tensor::zeros(shape, DType::F32); }
+Tensor f64(const Shape& shape) { return Tensor::zeros(shape, DType::F64); }
+Tensor i64(const Shape& shape) { return Tensor::zeros(shape, DType::I64); }
+}  // namespace
+
+TEST(BadInput, Matmul) {
+  EXPECT_ERROR(ops::matmul(f32({2, 3}), f32({4, 5})), "matmul", {"(2, 3)", "(4, 5)", "K=3", "K=4"});
+  EXPECT_ERROR(ops::matmul(f32({2, 3}), f32({5, 4}), false, true), "matmul",
+               {"(5, 4)", "transposed", "K=3", "K=4"});
+  EXPECT_ERROR(ops::matmul(f32({3}), f32({3, 2})), "matmul", {"rank 2 or 3", "f32(3,)"});
+  EXPECT_ERROR(ops::matmul(f32({1, 2, 3, 4}), f32({4, 2})), "matmul", {"f32(1, 2, 3, 4)"});
+  EXPECT_ERROR(ops::matmul(f32({2, 3, 4}), f32({3, 4, 5})), "matmul",
+               {"batch", "(2, 3, 4)", "(3, 4, 5)"});
+  EXPECT_ERROR(ops::matmul(f32({2, 3}), f64({3, 2})), "matmul", {"f32(2, 3)", "f64(3, 2)"});
+  EXPECT_ERROR(ops::matmul(i64({2, 3}), i64({3, 2})), "matmul", {"i64(2, 3)"});
+  EXPECT_ERROR(ops::matmul_naive(f32({2, 3}), f32({2, 3})), "matmul_naive",
+               {"(2, 3)", "K=3", "K=2"});
+}
+
+TEST(BadInput, Linear) {
+  EXPECT_ERROR(ops::linear(f32({2, 3}), f32({4, 5})), "linear", {"f32(2, 3)", "f32(4, 5)"});
+  EXPECT_ERROR(ops::linear(f32({2, 5}), f32({5})), "linear", {"f32(5,)"});
+  EXPECT_ERROR(ops::linear(f32({2, 5}), f32({4, 5}), f32({3})), "linear",
+               {"bias", "(4)", "f32(3,)"});
+  EXPECT_ERROR(ops::linear(f32({2, 5}), f64({4, 5})), "linear", {"f32(2, 5)", "f64(4, 5)"});
+  EXPECT_ERROR(ops::linear(f32({2, 5}), f32({4, 5}), f64({4})), "linear", {"f32(2, 5)", "f64(4,)"});
 }

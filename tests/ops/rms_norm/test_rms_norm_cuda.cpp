@@ -1,0 +1,135 @@
+// CUDA vs CPU for rms_norm and add_rms_norm, forward and backward: F32 at SPEC §6
+// tolerances, BF16 (and F16 on small cases) by relative L2 error. Shapes cover one row,
+// widths that are not multiples of the warp or of a 16-byte vector, the warp-per-row and
+// block-per-row kernels, enough rows for the chunked dweight sum (bitwise deterministic),
+// views with an unaligned start (scalar path) and transposed views.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "cuda/cuda_test_utils.h"
+#include "microllm/core/random.h"
+#include "microllm/ops/ops.h"
+
+using namespace microllm;
+using microllm::testing::cuda_matches_cpu;
+using microllm::testing::CudaCheckOptions;
+
+namespace {
+
+Tensor leaf(const Shape& shape, uint64_t seed, double mean = 0.0, double std = 1.0) {
+  return microllm::testing::cuda_test_leaf(shape, seed, mean, std);
+}
+
+CudaCheckOptions in(DType dtype) { return microllm::testing::options_in(dtype); }
+
+constexpr const DType (&kDtypes)[2] = microllm::testing::kCudaTestDtypes;
+const DType kAllDtypes[] = {DType::F32, DType::BF16, DType::F16};
+
+}  // namespace
+
+TEST(CudaRmsNorm, OddWidthsAndFewRows) {
+  MICROLLM_REQUIRE_CUDA();
+  struct Case {
+    Shape x;
+    double eps;
+  };
+  // Width 1 takes a large eps: with a small one dx = rstd·g·eps/(x² + eps) is a cancellation
+  // that F32 cannot resolve to BF16's relative tolerance.
+  const std::vector<Case> cases = {{{1, 1}, 0.5},     {{1, 7}, 1e-6},      {{3, 7}, 1e-6},
+                                   {{2, 33}, 1e-6},   {{2, 3, 130}, 1e-5}, {{5, 896}, 1e-6},
+                                   {{4, 1000}, 1e-6}, {{3, 4100}, 1e-6},   {{1, 8192}, 1e-6},
+                                   {{2, 8192}, 1e-5}};
+  for (DType dtype : kAllDtypes)
+    for (const Case& c : cases) {
+      const int64_t C = c.x.back();
+      const Tensor x = leaf(c.x, 1), w = leaf({C}, 2, 1.0, 0.5);
+      EXPECT_TRUE(cuda_matches_cpu([&](const auto& v) { return ops::rms_norm(v[0], v[1], c.eps); },
+                                   {x, w}, in(dtype)))
+          << dtype << " x " << shape_str(c.x);
+    }
+}
+
+TEST(CudaRmsNorm, ManyRowsChunkedWeightGradient) {
+  MICROLLM_REQUIRE_CUDA();
+  // 8196 rows: more than one grid of row blocks, and a last dweight chunk that is partial.
+  // (257, 4100): block-per-row kernel; 4100 is a multiple of 4 but not of 8, so F32 takes
+  // the vector path and BF16 the scalar one.
+  const std::vector<Shape> shapes = {{4, 2049, 896}, {257, 4100}};
+  for (DType dtype : kDtypes)
+    for (const Shape& shape : shapes) {
+      const Tensor x = leaf(shape, 3), w = leaf({shape.back()}, 4, 1.0, 0.5);
+      EXPECT_TRUE(cuda_matches_cpu([](const auto& v) { return ops::rms_norm(v[0], v[1], 1e-6); },
+                                   {x, w}, in(dtype)))
+          << dtype << " x " << shape_str(shape);
+    }
+}
+
+TEST(CudaRmsNorm, WeightGradientIsBitwiseDeterministic) {
+  MICROLLM_REQUIRE_CUDA();
+  Generator gen(5);
+  const Tensor x = randn({8196, 896}, gen, DType::F32).to(DType::BF16).to(Device::cuda(0));
+  const Tensor dy = randn({8196, 896}, gen, DType::F32).to(DType::BF16).to(Device::cuda(0));
+  const Tensor weight = randn({896}, gen, DType::F32, Device::cpu(), 1.0, 0.5).to(DType::BF16);
+  auto dweight = [&]() {
+    Tensor w = weight.to(Device::cuda(0));
+    w.set_requires_grad(true);
+    ops::rms_norm(x, w, 1e-6).backward(dy);
+    return w.grad().to(Device::cpu()).to_vector_f64();
+  };
+  const std::vector<double> first = dweight();
+  EXPECT_EQ(first, dweight());
+}
+
+TEST(CudaRmsNorm, NonContiguousAndUnalignedInputs) {
+  MICROLLM_REQUIRE_CUDA();
+  for (DType dtype : kDtypes) {
+    // (C, R) transposed to (R, C): the op makes it dense.
+    for (const Shape& shape : {Shape{896, 5}, Shape{33, 3}}) {
+      const Tensor xt = leaf(shape, 6), w = leaf({shape[0]}, 7, 1.0, 0.5);
+      EXPECT_TRUE(cuda_matches_cpu(
+          [](const auto& v) { return ops::rms_norm(v[0].transpose(0, 1), v[1], 1e-6); }, {xt, w},
+          in(dtype)))
+          << dtype << " xt " << shape_str(shape);
+    }
+    // Four rows of width C read from a flat buffer starting one element in: C is a multiple
+    // of the 16-byte vector width but the rows are not 16-byte aligned (the scalar path).
+    for (int64_t C : {64, 896}) {
+      const Tensor flat = leaf({4 * C + 1}, 8), w = leaf({C}, 9, 1.0, 0.5);
+      EXPECT_TRUE(cuda_matches_cpu(
+          [C](const auto& v) {
+            return ops::rms_norm(v[0].narrow(0, 1, 4 * C).reshape({4, C}), v[1], 1e-6);
+          },
+          {flat, w}, in(dtype)))
+          << dtype << " C " << C;
+    }
+  }
+}
+
+TEST(CudaAddRmsNorm, BothOutputsOrOneUsed) {
+  MICROLLM_REQUIRE_CUDA();
+  for (DType dtype : kDtypes)
+    for (const Shape& shape : {Shape{3, 5, 896}, Shape{2, 3, 33}}) {
+      const Tensor x = leaf(shape, 10), residual = leaf(shape, 11);
+      const Tensor weight = leaf({shape.back()}, 12, 1.0, 0.5);
+      // Both outputs feed the result: the sum's gradient is its own plus the norm's.
+      EXPECT_TRUE(cuda_matches_cpu(
+          [](const auto& v) {
+            const auto r = ops::add_rms_norm(v[0], v[1], v[2], 1e-6);
+            return ops::concat({r.sum, r.normed}, 0);
+          },
+          {x, residual, weight}, in(dtype)))
+          << dtype << " both, x " << shape_str(shape);
+      // Only the normed output.
+      EXPECT_TRUE(cuda_matches_cpu(
+          [](const auto& v) { return ops::add_rms_norm(v[0], v[1], v[2], 1e-6).normed; },
+          {x, residual, weight}, in(dtype)))
+          << dtype << " normed, x " << shape_str(shape);
+      // Only the sum (the weight gets no gradient, so it is not checked).
+      const Tensor frozen = weight.detach().clone();
+      EXPECT_TRUE(cuda_matches_cpu(
+          [](const auto& v) { return ops::add_rms_norm(v[0], v[1], v[2], 1e-6).sum; },
+          {x, residual, frozen}, in(dtype)))
+          << dtype << " sum, x " << shape_str(shape);
+    }
+}

@@ -1,0 +1,96 @@
+// CUDA vs CPU for rope, forward and backward: F32 at SPEC §6 tolerances, BF16 (and F16 for
+// (T) positions) by relative L2 error. Covers (T) positions with a non-zero start, (B, T)
+// positions up to 32k (I64 and I32) where a fast sin/cos would drift, decode (T = 1), and
+// transposed (non-contiguous) input.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "cuda/cuda_test_utils.h"
+#include "microllm/core/random.h"
+#include "microllm/ops/ops.h"
+
+using namespace microllm;
+using microllm::testing::cuda_matches_cpu;
+using microllm::testing::CudaCheckOptions;
+
+namespace {
+
+Tensor leaf(const Shape& shape, uint64_t seed, double mean = 0.0, double std = 1.0) {
+  return microllm::testing::cuda_test_leaf(shape, seed, mean, std);
+}
+
+CudaCheckOptions in(DType dtype) { return microllm::testing::options_in(dtype); }
+
+constexpr const DType (&kDtypes)[2] = microllm::testing::kCudaTestDtypes;
+const DType kAllDtypes[] = {DType::F32, DType::BF16, DType::F16};
+
+// Positions start, start + 1, …, start + T − 1 as a (T) I64 tensor.
+Tensor positions_from(int64_t start, int64_t T) {
+  std::vector<int64_t> values(static_cast<size_t>(T));
+  std::iota(values.begin(), values.end(), start);
+  return Tensor::from_vector(values, {T});
+}
+
+}  // namespace
+
+TEST(CudaRope, PositionsTWithNonZeroStart) {
+  MICROLLM_REQUIRE_CUDA();
+  struct Case {
+    Shape x;  // (B, H, T, D)
+    int64_t start;
+    double theta;
+  };
+  const std::vector<Case> cases = {{{1, 1, 1, 2}, 0, 1e4},       {{1, 1, 3, 6}, 5, 100.0},
+                                   {{2, 14, 37, 64}, 0, 1e4},    {{2, 14, 37, 64}, 1000, 1e4},
+                                   {{1, 14, 19, 128}, 513, 1e6}, {{2, 2, 37, 64}, 7, 1e6}};
+  for (DType dtype : kAllDtypes)
+    for (const Case& c : cases) {
+      const Tensor inv_freq = ops::rope_inv_freq(c.x[3], c.theta);
+      EXPECT_TRUE(cuda_matches_cpu([&](const auto& v) { return ops::rope(v[0], v[1], inv_freq); },
+                                   {leaf(c.x, 21), positions_from(c.start, c.x[2])}, in(dtype)))
+          << dtype << " x " << shape_str(c.x) << " start " << c.start << " theta " << c.theta;
+    }
+}
+
+TEST(CudaRope, PositionsBTUpTo32k) {
+  MICROLLM_REQUIRE_CUDA();
+  // (B, T) positions drawn from [0, 32768): large angles, where the fast sin/cos would drift.
+  struct Case {
+    Shape x;  // (B, H, T, D)
+    double theta;
+    DType position_dtype;
+  };
+  const std::vector<Case> cases = {{{3, 14, 17, 64}, 1e4, DType::I64},
+                                   {{2, 14, 9, 128}, 1e6, DType::I64},
+                                   {{2, 2, 9, 128}, 1e6, DType::I32},
+                                   {{3, 14, 1, 64}, 1e6, DType::I64}};  // decode: T = 1
+  for (DType dtype : kDtypes)
+    for (const Case& c : cases) {
+      Generator gen(22);
+      const Tensor positions = randint({c.x[0], c.x[2]}, 0, 32768, gen).to(c.position_dtype);
+      const Tensor inv_freq = ops::rope_inv_freq(c.x[3], c.theta);
+      EXPECT_TRUE(cuda_matches_cpu([&](const auto& v) { return ops::rope(v[0], v[1], inv_freq); },
+                                   {leaf(c.x, 23), positions}, in(dtype)))
+          << dtype << " x " << shape_str(c.x) << " theta " << c.theta;
+    }
+  // The largest position itself.
+  const Tensor last = Tensor::from_vector(std::vector<int64_t>{32767, 0, 31999}, {3, 1});
+  const Tensor inv_freq = ops::rope_inv_freq(128, 1e6);
+  EXPECT_TRUE(cuda_matches_cpu([&](const auto& v) { return ops::rope(v[0], v[1], inv_freq); },
+                               {leaf({3, 14, 1, 128}, 24), last}, in(DType::F32)));
+}
+
+TEST(CudaRope, NonContiguousInput) {
+  MICROLLM_REQUIRE_CUDA();
+  // Projections come out as (B, T, H, D); rope sees them transposed to (B, H, T, D).
+  for (DType dtype : kDtypes)
+    for (const Shape& shape : {Shape{2, 11, 14, 64}, Shape{2, 11, 2, 128}}) {
+      const Tensor inv_freq = ops::rope_inv_freq(shape[3], 1e6);
+      EXPECT_TRUE(cuda_matches_cpu(
+          [&](const auto& v) { return ops::rope(v[0].transpose(1, 2), v[1], inv_freq); },
+          {leaf(shape, 25), positions_from(3, shape[1])}, in(dtype)))
+          << dtype << " x " << shape_str(shape);
+    }
+}
