@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "microllm/core/error.h"
 
@@ -22,6 +23,18 @@ Arena::Arena(int64_t bytes, Device device) : capacity_(bytes), device_(device) {
   const auto misalignment =
       static_cast<int64_t>(reinterpret_cast<uintptr_t>(storage_->data()) % kAlignment);
   base_ = misalignment == 0 ? 0 : kAlignment - misalignment;
+}
+
+Arena& Arena::operator=(Arena&& other) noexcept {
+  if (this != &other) {
+    storage_ = std::exchange(other.storage_, nullptr);
+    base_ = std::exchange(other.base_, 0);
+    capacity_ = std::exchange(other.capacity_, 0);
+    used_ = std::exchange(other.used_, 0);
+    measuring_ = std::exchange(other.measuring_, false);
+    device_ = other.device_;
+  }
+  return *this;
 }
 
 Arena Arena::measure(Device device) {

@@ -129,6 +129,17 @@ TEST(Arena, APlannerMeasuresWhatARealArenaThenServesExactly) {
   EXPECT_TRUE(throws_error([&] { arena.take({1}, DType::F32); }, "arena", {"only 0 of 8704"}));
 }
 
+TEST(Arena, MovingHandsTheStorageOver) {
+  Arena first(1024, Device::cpu());
+  const Tensor view = first.take({4}, DType::F32);  // (4)
+  Arena second = std::move(first);
+  EXPECT_EQ(second.capacity(), 1024);
+  EXPECT_EQ(second.used(), 256);
+  EXPECT_EQ(second.storage().get(), view.storage().get());
+  EXPECT_EQ(first.capacity(), 0);  // NOLINT(bugprone-use-after-move): moved-from is empty
+  EXPECT_TRUE(throws_error([&] { first.take({1}, DType::F32); }, "arena", {"only 0 of 0"}));
+}
+
 TEST(Arena, EmptyAndNegativeArenas) {
   Arena empty;
   EXPECT_EQ(empty.capacity(), 0);

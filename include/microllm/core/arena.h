@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <utility>
 
 #include "microllm/core/device.h"
 #include "microllm/core/dtype.h"
@@ -38,8 +39,9 @@ class Arena {
   // Bytes one take of (shape, dtype) consumes: the dense size rounded up to kAlignment.
   static int64_t aligned_bytes(const Shape& shape, DType dtype);
 
-  Arena(Arena&&) noexcept = default;
-  Arena& operator=(Arena&&) noexcept = default;
+  // A moved-from arena is empty (capacity 0).
+  Arena(Arena&& other) noexcept { *this = std::move(other); }
+  Arena& operator=(Arena&& other) noexcept;
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
 
