@@ -33,6 +33,35 @@ class CpuBackend final : public DeviceBackend {
     if (nbytes) std::memset(ptr, 0, nbytes);
   }
   void copy_tensor(const Tensor& dst, const Tensor& src) override;
+  void arange(const Tensor& dst, int64_t start) override {
+    void* base = dst.raw_data();
+    const int64_t n = dst.numel();
+    // Integer targets through integer casts (exact, wrapping like the CUDA kernel).
+    switch (dst.dtype()) {
+      case DType::I64:
+        for (int64_t i = 0; i < n; ++i) static_cast<int64_t*>(base)[i] = start + i;
+        return;
+      case DType::I32:
+        for (int64_t i = 0; i < n; ++i)
+          static_cast<int32_t*>(base)[i] = static_cast<int32_t>(start + i);
+        return;
+      case DType::I8:
+        for (int64_t i = 0; i < n; ++i)
+          static_cast<int8_t*>(base)[i] = static_cast<int8_t>(start + i);
+        return;
+      case DType::U8:
+        for (int64_t i = 0; i < n; ++i)
+          static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(start + i);
+        return;
+      case DType::Bool:
+        for (int64_t i = 0; i < n; ++i) static_cast<uint8_t*>(base)[i] = start + i != 0 ? 1 : 0;
+        return;
+      default:
+        for (int64_t i = 0; i < n; ++i)
+          store_element(base, i, dst.dtype(), static_cast<double>(start + i));
+        return;
+    }
+  }
   void fill(const Tensor& dst, double value) override {
     void* base = dst.raw_data();
     const DType dt = dst.dtype();

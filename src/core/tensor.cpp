@@ -43,9 +43,10 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device
 
 Tensor Tensor::arange(int64_t n, DType dtype, Device device) {
   MICROLLM_CHECK(n >= 0, "Tensor::arange", "negative length ", n);
-  std::vector<int64_t> values(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) values[i] = i;
-  return from_vector(values, {n}, dtype, device);
+  // Written on the tensor's device by its backend: no host staging, no copy.
+  Tensor t = empty({n}, dtype, device);
+  if (n > 0) backend_for(device).arange(t, 0);
+  return t;
 }
 
 namespace {

@@ -39,6 +39,7 @@ class CudaBackend final : public DeviceBackend {
   }
   void copy_tensor(const Tensor& dst, const Tensor& src) override { cuda::copy_tensor(dst, src); }
   void fill(const Tensor& dst, double value) override { cuda::fill_tensor(dst, value); }
+  void arange(const Tensor& dst, int64_t start) override { cuda::arange_tensor(dst, start); }
 };
 
 }  // namespace

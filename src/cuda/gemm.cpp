@@ -4,11 +4,22 @@
 // Cᵀ (N, M) = op(B)ᵀ·op(A)ᵀ: the B buffer is cuBLASLt's "A", the A buffer its "B", and
 // a row-major matrix with row stride ld is a column-major matrix of swapped dimensions with
 // the same ld. The bias epilogue adds one value per row of Cᵀ, i.e. per output feature N.
+//
+// Plans. GemmMode::fast asks the heuristic once per exact problem (M included) and may get
+// split-K. GemmMode::batch_invariant asks once per problem with M left out — for a layout
+// with kInvariantM rows — keeps the first algorithm that splits no K and reduces nothing
+// (forcing SPLITK_NUM = 1 and REDUCTION_SCHEME_NONE when none does), checks it for each new M
+// with cublasLtMatmulAlgoCheck, and runs it for every M: the same kernel, tile shape and
+// K loop then produce every output tile, however many tiles M makes, so row r does not
+// depend on how many rows share the GEMM (tests/cuda/test_gemm_batch_invariant_cuda.cpp).
+// Alignment classes (16 bytes or not) stay in both keys: they change which kernels are legal.
 #include "microllm/cuda/gemm.h"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <set>
 #include <tuple>
 
 #include "microllm/cuda/allocator.h"
@@ -19,6 +30,10 @@ namespace microllm::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = 32ull << 20;  // cuBLAS' recommendation for Hopper
+// Rows of the layout a batch-invariant plan is chosen for: a decode batch or a prefill chunk
+// is near it, and its tiles suit both (one plan serves every M, so none is ideal for all).
+constexpr int64_t kInvariantM = 256;
+constexpr int kInvariantCandidates = 16;  // heuristic results scanned for one without split-K
 
 std::atomic<bool> g_allow_tf32{false};
 
@@ -69,13 +84,21 @@ cublasLtHandle_t lt_handle(int device) {
   return h->handle;
 }
 
-// One workspace per stream: two streams must never share one.
-void* workspace_for(Device device, cudaStream_t stream) {
+// One workspace per stream: two streams must never share one. Never freed. Made before a
+// capture (reserve_gemm_workspace): made during one, it would come from the graph's pool.
+void* workspace_for(const Stream& stream) {
   static std::mutex mutex;
   static std::map<std::pair<int, cudaStream_t>, void*> workspaces;
   std::lock_guard<std::mutex> lock(mutex);
-  void*& ws = workspaces[{device.index, stream}];
-  if (!ws) ws = allocate(kWorkspaceBytes, device);
+  void*& ws = workspaces[{stream.device().index, stream.handle()}];
+  if (!ws) {
+    MICROLLM_CHECK(!is_capturing(stream), "cuda gemm", "no cuBLASLt workspace exists for this ",
+                   stream.device(),
+                   " stream and it is capturing a CUDA graph; call "
+                   "cuda::reserve_gemm_workspace(stream) before capture (CudaGraph does)");
+    StreamGuard guard(stream);
+    ws = allocate(kWorkspaceBytes, stream.device());
+  }
   return ws;
 }
 
@@ -84,6 +107,13 @@ using ShapeKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int
                             int64_t, int64_t, int64_t, int64_t, bool, bool>;
 std::mutex g_cache_mutex;
 std::map<ShapeKey, cublasLtMatmulAlgo_t> g_algorithms;
+
+// A batch-invariant plan: the key has no M (and no M-dependent stride of a or out).
+struct InvariantPlan {
+  cublasLtMatmulAlgo_t algorithm;
+  std::set<int64_t> checked_m;  // row counts cublasLtMatmulAlgoCheck accepted
+};
+std::map<ShapeKey, InvariantPlan> g_invariant_plans;
 
 // RAII holders for the descriptors of one call.
 struct Descriptors {
@@ -113,6 +143,116 @@ void make_layout(cublasLtMatrixLayout_t* layout, cudaDataType_t type, int64_t ro
   }
 }
 
+// Bytes of alignment the plan may assume for a pointer: 16 when it has them, else one element.
+uint32_t alignment_class(const void* ptr, DType dtype) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 ? 16u
+                                                    : static_cast<uint32_t>(dtype_size(dtype));
+}
+
+int32_t algo_config_i32(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t a) {
+  int32_t value = 0;
+  size_t written = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, a, &value, sizeof(value), &written));
+  return value;
+}
+
+// Layouts of one problem with `m` output rows; a's M-dependent dimension, ld and batch
+// stride follow m (the caller's own values when m is the real M).
+struct Layouts {
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  Layouts(cudaDataType_t type, const Operand& oa, const Operand& ob, int64_t real_m, int64_t m,
+          int64_t n, int64_t batch);
+  ~Layouts() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+  }
+  Layouts(const Layouts&) = delete;
+  Layouts& operator=(const Layouts&) = delete;
+};
+
+Layouts::Layouts(cudaDataType_t type, const Operand& oa, const Operand& ob, int64_t real_m,
+                 int64_t m, int64_t n, int64_t batch) {
+  // cuBLASLt's A is our B and its B is our A (see the file comment).
+  make_layout(&a, type, ob.rows, ob.cols, ob.ld, batch, ob.batch_stride);
+  if (m == real_m) {
+    make_layout(&b, type, oa.rows, oa.cols, oa.ld, batch, oa.batch_stride);
+  } else if (!oa.transposed) {  // stored (M, K)
+    make_layout(&b, type, m, oa.cols, oa.ld, batch, oa.batch_stride == 0 ? 0 : m * oa.ld);
+  } else {  // stored (K, M)
+    const int64_t ld = std::max(oa.ld, m);
+    make_layout(&b, type, oa.rows, m, ld, batch, oa.batch_stride == 0 ? 0 : oa.rows * ld);
+  }
+  make_layout(&c, type, m, n, n, batch, m * n);
+}
+
+// True when cuBLASLt accepts `algo` for the problem with `m` rows.
+bool algo_fits(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, const Layouts& l,
+               const cublasLtMatmulAlgo_t& algo) {
+  cublasLtMatmulHeuristicResult_t result{};
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoCheck(handle, op, l.a, l.b, l.c, l.c, &algo, &result);
+  return status == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= kWorkspaceBytes;
+}
+
+// The batch-invariant algorithm for this problem (see the file comment).
+cublasLtMatmulAlgo_t choose_invariant_algorithm(cublasLtHandle_t handle, cublasLtMatmulDesc_t op,
+                                                cudaDataType_t type, const Operand& oa,
+                                                const Operand& ob, const Tensor& out,
+                                                const Tensor& bias, int64_t M, int64_t N, int64_t K,
+                                                int64_t batch) {
+  const Layouts rep(type, oa, ob, M, kInvariantM, N, batch);
+  const Layouts one(type, oa, ob, M, 1, N, batch);
+  cublasLtMatmulPreference_t preference = nullptr;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  struct PreferenceHolder {
+    cublasLtMatmulPreference_t p;
+    ~PreferenceHolder() { cublasLtMatmulPreferenceDestroy(p); }
+  } holder{preference};
+  const uint64_t ws = kWorkspaceBytes;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  // Only what every call of this key guarantees: its pointers' alignment class.
+  const DType dtype = out.dtype();
+  const uint32_t align_lt_a = alignment_class(ob.tensor.raw_data(), dtype);
+  const uint32_t align_lt_b = alignment_class(oa.tensor.raw_data(), dtype);
+  const uint32_t align_c = alignment_class(out.raw_data(), dtype);
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_lt_a, sizeof(align_lt_a)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_lt_b, sizeof(align_lt_b)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
+  cublasLtMatmulHeuristicResult_t results[kInvariantCandidates] = {};
+  int found = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, op, rep.a, rep.b, rep.c, rep.c, preference,
+                                              kInvariantCandidates, results, &found));
+  for (int i = 0; i < found; ++i) {
+    const cublasLtMatmulAlgo_t& algo = results[i].algo;
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    if (algo_config_i32(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1) continue;
+    if (algo_config_i32(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) != 0) continue;
+    if (algo_fits(handle, op, one, algo)) return algo;
+  }
+  // Every candidate splits K: take the first one with the split turned off.
+  for (int i = 0; i < found; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    cublasLtMatmulAlgo_t algo = results[i].algo;
+    const int32_t splits = 1;
+    const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+    CUBLAS_CHECK(cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                      &splits, sizeof(splits)));
+    CUBLAS_CHECK(cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                      &scheme, sizeof(scheme)));
+    if (algo_fits(handle, op, rep, algo) && algo_fits(handle, op, one, algo)) return algo;
+  }
+  MICROLLM_FAIL("cuda gemm", "cuBLASLt offers no batch-invariant algorithm (no split-K, valid for ",
+                "M = 1 and M = ", kInvariantM, ") for N=", N, " K=", K, " batch=", batch, " dtype ",
+                dtype, bias.defined() ? " with bias" : "", " (", found, " candidates)");
+}
+
 }  // namespace
 
 void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
@@ -123,8 +263,15 @@ int64_t gemm_algorithm_cache_size() {
   return static_cast<int64_t>(g_algorithms.size());
 }
 
+void reserve_gemm_workspace(const Stream& stream) { workspace_for(stream); }
+
+int64_t gemm_invariant_plan_count() {
+  std::lock_guard<std::mutex> lock(g_cache_mutex);
+  return static_cast<int64_t>(g_invariant_plans.size());
+}
+
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& bias,
-          const Tensor& out) {
+          const Tensor& out, GemmMode mode) {
   const Device device = out.device();
   const int64_t batch = out.shape()[0], M = out.shape()[1], N = out.shape()[2];
   const Operand oa = make_operand(a, trans_a);
@@ -133,7 +280,8 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
   const cudaDataType_t type = cuda_type(out.dtype());
   const bool tf32 = out.dtype() == DType::F32 && allow_tf32();
   const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  const cudaStream_t stream = current_stream_handle(device);
+  const Stream stream = current_stream(device);
+  const cublasLtHandle_t handle = lt_handle(device.index);
 
   Descriptors d;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F));
@@ -156,15 +304,61 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
   make_layout(&d.b, type, oa.rows, oa.cols, oa.ld, batch, oa.batch_stride);
   make_layout(&d.c, type, M, N, N, batch, M * N);
 
-  void* workspace = workspace_for(device, stream);
-  const ShapeKey key{device.index, static_cast<int>(out.dtype()), ob.transposed, oa.transposed, M,
-                     N, K, batch, oa.ld, ob.ld, oa.batch_stride, ob.batch_stride,
-                     // Alignment of the pointers changes which kernels are legal.
-                     (reinterpret_cast<uintptr_t>(oa.tensor.raw_data()) % 16 == 0) +
-                         2 * (reinterpret_cast<uintptr_t>(ob.tensor.raw_data()) % 16 == 0),
-                     bias.defined(), tf32};
+  void* workspace = workspace_for(stream);
+  // Alignment of the pointers changes which kernels are legal.
+  const int64_t alignment = (reinterpret_cast<uintptr_t>(oa.tensor.raw_data()) % 16 == 0) +
+                            2 * (reinterpret_cast<uintptr_t>(ob.tensor.raw_data()) % 16 == 0) +
+                            4 * (reinterpret_cast<uintptr_t>(out.raw_data()) % 16 == 0);
   cublasLtMatmulAlgo_t algorithm;
-  {
+  if (mode == GemmMode::batch_invariant) {
+    // No M, and for a transposed a no ld that follows M: a's stored layout is in the key only
+    // through what does not change with the row count.
+    const ShapeKey key{device.index,
+                       static_cast<int>(out.dtype()),
+                       ob.transposed,
+                       oa.transposed,
+                       -1,
+                       N,
+                       K,
+                       batch,
+                       oa.transposed ? -1 : oa.ld,
+                       ob.ld,
+                       oa.batch_stride == 0 ? 0 : -1,
+                       ob.batch_stride,
+                       alignment,
+                       bias.defined(),
+                       tf32};
+    std::lock_guard<std::mutex> lock(g_cache_mutex);
+    auto it = g_invariant_plans.find(key);
+    if (it == g_invariant_plans.end()) {
+      const cublasLtMatmulAlgo_t chosen =
+          choose_invariant_algorithm(handle, d.op, type, oa, ob, out, bias, M, N, K, batch);
+      it = g_invariant_plans.emplace(key, InvariantPlan{chosen, {}}).first;
+    }
+    if (!it->second.checked_m.count(M)) {
+      const Layouts real(type, oa, ob, M, M, N, batch);
+      MICROLLM_CHECK(algo_fits(handle, d.op, real, it->second.algorithm), "cuda gemm",
+                     "the batch-invariant algorithm for N=", N, " K=", K, " batch=", batch,
+                     " dtype ", out.dtype(), " does not run M=", M);
+      it->second.checked_m.insert(M);
+    }
+    algorithm = it->second.algorithm;
+  } else {
+    const ShapeKey key{device.index,
+                       static_cast<int>(out.dtype()),
+                       ob.transposed,
+                       oa.transposed,
+                       M,
+                       N,
+                       K,
+                       batch,
+                       oa.ld,
+                       ob.ld,
+                       oa.batch_stride,
+                       ob.batch_stride,
+                       alignment & 3,
+                       bias.defined(),
+                       tf32};
     std::lock_guard<std::mutex> lock(g_cache_mutex);
     auto it = g_algorithms.find(key);
     if (it != g_algorithms.end()) {
@@ -176,8 +370,8 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
           d.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
-      CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_handle(device.index), d.op, d.a, d.b, d.c, d.c,
-                                                  d.preference, 1, &result, &found));
+      CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c, d.preference, 1,
+                                                  &result, &found));
       MICROLLM_CHECK(found > 0, "cuda gemm", "cuBLASLt found no algorithm for M=", M, " N=", N,
                      " K=", K, " batch=", batch, " dtype ", out.dtype());
       algorithm = result.algo;
@@ -185,9 +379,9 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
     }
   }
   const float alpha = 1.0f, beta = 0.0f;
-  CUBLAS_CHECK(cublasLtMatmul(lt_handle(device.index), d.op, &alpha, ob.tensor.raw_data(), d.a,
-                              oa.tensor.raw_data(), d.b, &beta, out.raw_data(), d.c, out.raw_data(),
-                              d.c, &algorithm, workspace, kWorkspaceBytes, stream));
+  CUBLAS_CHECK(cublasLtMatmul(handle, d.op, &alpha, ob.tensor.raw_data(), d.a, oa.tensor.raw_data(),
+                              d.b, &beta, out.raw_data(), d.c, out.raw_data(), d.c, &algorithm,
+                              workspace, kWorkspaceBytes, stream.handle()));
 }
 
 }  // namespace microllm::cuda

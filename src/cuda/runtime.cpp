@@ -21,7 +21,7 @@ thread_local std::array<cudaStream_t, kMaxDevices> t_current{};  // null: the de
 
 struct Counters {
   std::atomic<int64_t> h2d_calls{0}, h2d_bytes{0}, d2h_calls{0}, d2h_bytes{0};
-  std::atomic<int64_t> d2d_calls{0}, d2d_bytes{0}, syncs{0};
+  std::atomic<int64_t> d2d_calls{0}, d2d_bytes{0}, syncs{0}, launch_check_syncs{0};
 };
 Counters g_counters;
 
@@ -108,8 +108,17 @@ float Event::elapsed_ms(const Event& end) const {
 }
 
 void synchronize(const Stream& stream) {
+  MICROLLM_CHECK(!is_capturing(stream), "cuda", "host synchronization of a stream of ",
+                 stream.device(),
+                 " while it captures a CUDA graph; a captured step must not wait on the host");
   count_synchronization();
   CUDA_CHECK(cudaStreamSynchronize(stream.handle()));
+}
+
+bool is_capturing(const Stream& stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream.handle(), &status));
+  return status != cudaStreamCaptureStatusNone;
 }
 
 TransferStats transfer_stats() {
@@ -121,13 +130,14 @@ TransferStats transfer_stats() {
   s.d2d_calls = g_counters.d2d_calls;
   s.d2d_bytes = g_counters.d2d_bytes;
   s.host_synchronizations = g_counters.syncs;
+  s.launch_check_synchronizations = g_counters.launch_check_syncs;
   return s;
 }
 
 void reset_transfer_stats() {
-  for (auto* c :
-       {&g_counters.h2d_calls, &g_counters.h2d_bytes, &g_counters.d2h_calls, &g_counters.d2h_bytes,
-        &g_counters.d2d_calls, &g_counters.d2d_bytes, &g_counters.syncs})
+  for (auto* c : {&g_counters.h2d_calls, &g_counters.h2d_bytes, &g_counters.d2h_calls,
+                  &g_counters.d2h_bytes, &g_counters.d2d_calls, &g_counters.d2d_bytes,
+                  &g_counters.syncs, &g_counters.launch_check_syncs})
     c->store(0);
 }
 
@@ -150,5 +160,6 @@ void count_transfer(cudaMemcpyKind kind, size_t bytes) {
 }
 
 void count_synchronization() { ++g_counters.syncs; }
+void count_launch_check_synchronization() { ++g_counters.launch_check_syncs; }
 
 }  // namespace microllm::cuda

@@ -1,4 +1,5 @@
-// Strided converting copy and fill kernels (the CUDA side of Tensor::copy_from / fill).
+// Strided converting copy, fill and arange kernels (the CUDA side of Tensor::copy_from, fill
+// and arange).
 //
 // One thread per destination element in a grid-stride loop. Same-dtype dense copies go to
 // cudaMemcpyAsync; same-dtype strided copies move raw 1/2/4/8-byte words; different dtypes
@@ -147,6 +148,17 @@ __global__ void fill_kernel(void* dst, int dtype, StridedIndexer ix, double valu
     store_double(dst, ix.offset(i), dtype, value);
 }
 
+// dst[i] = start + i; integer dtypes through int64 so large values stay exact.
+__global__ void arange_kernel(void* dst, int dtype, int64_t start, int64_t n, bool integer) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (integer)
+      store_int64(dst, i, dtype, start + i);
+    else
+      store_double(dst, i, dtype, static_cast<double>(start + i));
+  }
+}
+
 }  // namespace
 
 void copy_tensor(const Tensor& dst, const Tensor& src) {
@@ -202,6 +214,15 @@ void fill_tensor(const Tensor& dst, double value) {
   fill_kernel<<<grid_for(n, kThreads), kThreads, 0, current_stream_handle(dst.device())>>>(
       dst.raw_data(), static_cast<int>(dst.dtype()), make_indexer(dst, "cuda fill"), value, n);
   CUDA_CHECK_LAUNCH("fill_kernel");
+}
+
+void arange_tensor(const Tensor& dst, int64_t start) {
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  arange_kernel<<<grid_for(n, kThreads), kThreads, 0, current_stream_handle(dst.device())>>>(
+      dst.raw_data(), static_cast<int>(dst.dtype()), start, n, is_integral(dst.dtype()));
+  CUDA_CHECK_LAUNCH("arange_kernel");
 }
 
 }  // namespace microllm::cuda

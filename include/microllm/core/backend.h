@@ -26,6 +26,9 @@ class DeviceBackend {
   virtual void copy_tensor(const Tensor& dst, const Tensor& src) = 0;
   // Sets every element of dst (any strides) to `value` converted to dst's dtype.
   virtual void fill(const Tensor& dst, double value) = 0;
+  // dst[i] = start + i for a dense 1-D dst, converted to dst's dtype (integers exactly).
+  // Computed where dst lives: on CUDA a kernel, so no host memory is copied.
+  virtual void arange(const Tensor& dst, int64_t start) = 0;
 };
 
 // The backend that serves `device`; throws when microllm was built without it.

@@ -13,9 +13,17 @@ namespace microllm::cuda::detail {
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file,
                                      int line);
 // After a kernel launch: the launch error always; in debug builds (or with
-// MICROLLM_CUDA_SYNC_CHECK=1) also a stream synchronization so faults surface at the launch.
+// MICROLLM_CUDA_SYNC_CHECK=1) also a stream synchronization so faults surface at the launch,
+// except while the current stream is capturing a CUDA graph (synchronizing it is illegal).
 void check_launch(const char* kernel, const char* file, int line);
 }  // namespace microllm::cuda::detail
+
+namespace microllm::cuda {
+// The synchronizing launch check: on in debug builds, else when MICROLLM_CUDA_SYNC_CHECK is
+// set to anything but 0 (read at the first launch); set_launch_sync_check overrides both.
+void set_launch_sync_check(bool enabled);
+bool launch_sync_check();
+}  // namespace microllm::cuda
 
 #define CUDA_CHECK(call)                                                              \
   do {                                                                                \

@@ -69,20 +69,31 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
-// Host waits for all work on the stream; counted.
+// Host waits for all work on the stream; counted. An Error while the stream is capturing a
+// CUDA graph (a synchronization there would invalidate the capture).
 void synchronize(const Stream& stream);
 
-// Copies and host synchronizations made through microllm since start (or the last reset).
+// True while `stream` is capturing a CUDA graph (also when that capture was invalidated).
+bool is_capturing(const Stream& stream);
+
+// Copies and host synchronizations made through microllm since start (or the last reset):
+// the backend's copies (Tensor::copy_from, to), pinned-buffer copies, checkpoint uploads,
+// Event::synchronize and synchronize(). Copies inside a captured CUDA graph count once, when
+// captured, not at each replay.
 struct TransferStats {
   int64_t h2d_calls = 0, h2d_bytes = 0;
   int64_t d2h_calls = 0, d2h_bytes = 0;
   int64_t d2d_calls = 0, d2d_bytes = 0;
   int64_t host_synchronizations = 0;
+  // The debug launch checks' synchronizations (debug builds, MICROLLM_CUDA_SYNC_CHECK=1),
+  // kept apart so a step's budget of host synchronizations holds in debug builds too.
+  int64_t launch_check_synchronizations = 0;
 };
 TransferStats transfer_stats();
 void reset_transfer_stats();
 // Used by the backend and by Event/synchronize to count.
 void count_transfer(cudaMemcpyKind kind, size_t bytes);
 void count_synchronization();
+void count_launch_check_synchronization();
 
 }  // namespace microllm::cuda

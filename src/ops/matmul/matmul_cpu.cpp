@@ -3,10 +3,12 @@
 // Each operand is handed to BLAS as a row-major matrix with a leading dimension. A view whose
 // last two dimensions are a transposed dense matrix (stride 1 on the row dimension) is passed
 // with the transpose flag flipped instead of being copied; other layouts are made dense.
+// GemmMode::batch_invariant goes to gemm_cpu_invariant.cpp instead.
 #include <cblas.h>
 
 #include "../common.h"
 #include "matmul_kernels.h"
+#include "microllm/ops/gemm_mode.h"
 
 namespace microllm::ops {
 namespace {
@@ -33,6 +35,11 @@ BlasOperand blas_operand(const Tensor& t, bool trans) {
 }  // namespace
 
 void gemm_cpu(const GemmProblem& p, const Tensor& a, const Tensor& b, const Tensor& out) {
+  // OpenBLAS picks kernels and thread splits by M, so rows change with the batch.
+  if (gemm_mode() == GemmMode::batch_invariant) {
+    gemm_cpu_batch_invariant(p, a, b, out);
+    return;
+  }
   const BlasOperand oa = blas_operand(a, p.trans_a);
   const BlasOperand ob = blas_operand(b, p.trans_b);
   const auto ta = oa.transposed ? CblasTrans : CblasNoTrans;
