@@ -118,8 +118,9 @@ def parameter_count(cfg: dict[str, Any]) -> int:
 
 
 def read_documents(path: Path) -> list[str]:
-    """The corpus cut at blank lines; each piece is one training document."""
-    text = path.read_bytes().decode("utf-8", "replace")
+    """The corpus cut at blank lines; each piece is one training document. A literal
+    <|endoftext|> in the text is dropped: EOS marks the ends of documents only."""
+    text = path.read_bytes().decode("utf-8", "replace").replace(EOS_TEXT, "")
     return [d.strip() for d in re.split(r"\n\s*\n", text) if d.strip()]
 
 
@@ -525,7 +526,7 @@ def self_check(args) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.txt"
-        corpus.write_text("The first paragraph.\nStill the first.\n\n  \n\nSecond one.\n\n\nThird.\n")
+        corpus.write_text("The first paragraph.\nStill the first.\n\n  \n\nSecond one.\n\n\nThird.<|endoftext|>\n")
         docs = read_documents(corpus)
         assert docs == ["The first paragraph.\nStill the first.", "Second one.", "Third."], docs
         assert token_stream([[1, 2], [3]], 9) == [1, 2, 9, 3, 9]
