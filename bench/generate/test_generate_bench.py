@@ -5,7 +5,6 @@ and the README table generated from those records. Needs torch (Debian's 1.13 wi
 pytest; no GPU, no transformers."""
 
 import json
-import os
 import sys
 from pathlib import Path
 

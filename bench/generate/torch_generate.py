@@ -211,6 +211,11 @@ def fresh_case(device: str) -> None:
     """Frees what the previous case left (compiled graphs and their pools, caches)."""
     if hasattr(torch, "_dynamo"):
         torch._dynamo.reset()
+        try:  # the CUDA graphs of the last case and their private memory pools
+            from torch._inductor import cudagraph_trees
+            cudagraph_trees.reset_cudagraph_trees()
+        except (ImportError, AttributeError):
+            pass
     gc.collect()
     if device.startswith("cuda"):
         torch.cuda.empty_cache()

@@ -13,6 +13,8 @@ output line or a crash is seen to fail the comparison.
 Run by CTest (label cpu) with MICROLLM_CLI pointing at the built microllm binary.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import subprocess
@@ -29,10 +31,23 @@ FIXTURES = ["llama-random", "llama-trained", "qwen2-random", "qwen2-trained", "q
             "qwen3-trained"]
 
 
-def committed() -> list[str]:
-    if not MODELS.is_dir():
+def committed(models: Path = MODELS) -> list[str]:
+    """Names of the fixture folders (those holding expected.json)."""
+    if not models.is_dir():
         return []
-    return sorted(p.name for p in MODELS.iterdir() if (p / "expected.json").is_file())
+    return sorted(p.name for p in models.iterdir() if (p / "expected.json").is_file())
+
+
+def missing_reason(name: str, models: Path = MODELS) -> str | None:
+    """None when fixture `name` is there; the skip message while no fixture is committed at all.
+    Once any fixture exists, a missing one is an error (raised), never a skip."""
+    present = committed(models)
+    if not present:
+        return (f"{models} has no fixtures yet (tools/hf/make_generate_fixtures.py writes them on "
+                "the GPU machine; scripts/gpu/generate_fixtures.sh)")
+    if name not in present:
+        raise AssertionError(f"fixture {name} is missing from {models} (present: {present})")
+    return None
 
 
 def compare(*args, env=None):
@@ -45,10 +60,9 @@ def compare(*args, env=None):
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_generate_equals_hf_in_f32_on_cpu(name, tmp_path):
-    if not committed():
-        pytest.skip("tests/fixtures/models/ has no fixtures yet (tools/hf/make_generate_fixtures.py "
-                    "writes them on the GPU machine)")
-    assert (MODELS / name / "expected.json").is_file(), f"fixture {name} is missing from {MODELS}"
+    reason = missing_reason(name)
+    if reason:
+        pytest.skip(reason)
     assert CLI, "MICROLLM_CLI is not set"
     out = tmp_path / "summary.json"
     proc = compare(MODELS / name, "--cli", CLI, "--device", "cpu", "--dtype", "f32", "--out", out)
@@ -61,6 +75,27 @@ def test_generate_equals_hf_in_f32_on_cpu(name, tmp_path):
 def test_every_committed_fixture_is_in_the_list():
     extra = sorted(set(committed()) - set(FIXTURES))
     assert not extra, f"fixtures {extra} are not in FIXTURES, so no test runs them"
+
+
+def test_no_fixtures_skip_but_one_missing_fixture_fails(tmp_path):
+    assert "has no fixtures yet" in missing_reason("qwen2-random", tmp_path / "absent")
+    (tmp_path / "README.md").write_text("not a fixture")
+    assert "has no fixtures yet" in missing_reason("qwen2-random", tmp_path)
+    (tmp_path / "qwen2-random").mkdir()
+    (tmp_path / "qwen2-random" / "expected.json").write_text("{}")
+    assert missing_reason("qwen2-random", tmp_path) is None
+    with pytest.raises(AssertionError, match="fixture llama-trained is missing"):
+        missing_reason("llama-trained", tmp_path)
+
+
+def test_fixture_maker_self_check():
+    # make_generate_fixtures.py's parts that need no transformers: shapes and parameter counts
+    # (derived by hand inside), corpus cutting, the training loop on a toy model, prompt choice,
+    # expected.json round trip through compare_generate's reader.
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "hf" / "make_generate_fixtures.py"),
+                           "--self-check"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "self-check passed" in proc.stdout
 
 
 # ---- the comparison tool, against a stand-in CLI ----------------------------------------

@@ -637,7 +637,7 @@ def parse_args(argv: list[str] | None = None):
     ge.add_argument("--min-margin", type=float, default=1e-3,
                     help="every F32 step's top-1 − top-2 logit gap must reach this")
     ge.add_argument("--bf16-prefix", type=int, default=8, help="preferred: HF BF16 keeps F32's first N ids")
-    ge.add_argument("--tries", type=int, default=16, help="candidate prompts per length")
+    ge.add_argument("--tries", type=int, default=32, help="candidate prompts per length")
     ge.add_argument("--no-logits", action="store_true", help="leave hf_logits_last out")
     p.add_argument("--self-check", action="store_true", help="check what runs without transformers, then exit")
     args = p.parse_args(argv)
