@@ -149,7 +149,7 @@ def build_record(model: str, config_path: str, batch: int, context: int, args, o
     for peer, doc in peers.items():
         memory[peer] = {"peak_memory_bytes": (doc or {}).get("peak_memory_bytes"),
                         "kv_bytes": (doc or {}).get("kv_bytes")}
-        for key in ("hf_prefix_agreement", "eager_prefix_agreement", "warmup_s"):
+        for key in ("hf_prefix_agreement", "eager_prefix_agreement", "warmup_s", "cudagraph_skips"):
             if (doc or {}).get(key) is not None:
                 checks[f"{peer}.{key}"] = doc[key]
     rec.update({"peers": others, "metrics": metrics, "derived": derived, "memory": memory,

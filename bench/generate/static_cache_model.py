@@ -14,6 +14,12 @@ that hides slots after the query's position, so every decode step has the same s
 condition for one CUDA graph per batch size, as in gpt-fast). Prefill (positions 0..T-1)
 attends causally over the first T slots only.
 
+Attention "auto" (the default): prefill through SDPA (causal, enable_gqa: the flash kernel);
+decode through grouped matmuls, the G = H / Hkv query heads of a KV head as the rows of one
+(G, D) × (D, S) product, so the cache is read once and never repeated per query head (SDPA
+with a mask and GQA may fall back to a kernel that copies K and V per head). "sdpa" and
+"matmul" use one path for both; torch < 2.5 (no enable_gqa) runs "matmul".
+
 Parameters come in as a dict of Hugging Face names → tensors, fused once by fuse_params, and
 are kept as buffers, so torch.compile treats them (and the cache) as static inputs.
 """
@@ -29,6 +35,16 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "alignment"))
 import torch_reference  # noqa: E402  (RoPE inverse frequencies with llama3 / linear scaling)
+
+
+def sdpa_has_gqa() -> bool:
+    """Whether this torch's scaled_dot_product_attention takes enable_gqa (2.5 and later)."""
+    try:
+        q = torch.zeros(1, 2, 1, 4)
+        F.scaled_dot_product_attention(q, q[:, :1], q[:, :1], enable_gqa=True)
+        return True
+    except (AttributeError, TypeError, RuntimeError):
+        return False
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -82,14 +98,18 @@ class StaticCacheModel(torch.nn.Module):
     """forward(tokens (B, T), positions (T)) → logits of the last position (B, V). `fused`
     is fuse_params' dict; the model holds views of it (no copies)."""
 
-    def __init__(self, cfg: dict, fused: dict, batch: int, max_seq: int, attention: str = "sdpa"):
+    def __init__(self, cfg: dict, fused: dict, batch: int, max_seq: int, attention: str = "auto"):
         super().__init__()
         self.C, self.V = cfg["hidden_size"], cfg["vocab_size"]
         self.H, self.Hkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
         self.D = torch_reference.head_dim(cfg)
         self.L, self.eps, self.attention = cfg["num_hidden_layers"], cfg["rms_norm_eps"], attention
-        if attention not in ("sdpa", "matmul"):
-            raise ValueError(f"attention must be sdpa or matmul, got {attention}")
+        if attention not in ("auto", "sdpa", "matmul"):
+            raise ValueError(f"attention must be auto, sdpa or matmul, got {attention}")
+        if attention != "matmul" and not sdpa_has_gqa():
+            if attention == "sdpa":
+                raise ValueError("this torch's scaled_dot_product_attention has no enable_gqa (torch < 2.5)")
+            self.attention = "matmul"
         embed = fused["embed"]  # (V, C)
         dtype, device = embed.dtype, embed.device
         self.layers = torch.nn.ModuleList(Layer(fused, i) for i in range(self.L))
@@ -120,7 +140,7 @@ class StaticCacheModel(torch.nn.Module):
             mask = None
         else:  # slot s is visible to the query at position p when s ≤ p
             mask = self.slots[None, :] <= positions[:, None]  # (T, S)
-        if self.attention == "sdpa":
+        if self.attention == "sdpa" or (self.attention == "auto" and prefill):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=prefill,
                                                   enable_gqa=self.H != self.Hkv)
         G = H // self.Hkv  # query heads per KV head, grouped without copying K and V

@@ -5,9 +5,9 @@ config.json, random prompt ids of length C per sequence, greedy, never stopping 
   hf_generate      transformers' `generate` (eager, SDPA attention, DynamicCache), greedy,
                    min_new_tokens = max_new_tokens
   static_compiled  bench/generate/static_cache_model.py: a preallocated (L, B, Hkv, S, D)
-                   cache, fused q/k/v and gate/up GEMMs, SDPA with enable_gqa; prefill eager,
-                   the decode step under torch.compile(mode="reduce-overhead") (CUDA graphs),
-                   warmed up before timing
+                   cache, fused q/k/v and gate/up GEMMs, SDPA prefill (flash, GQA), grouped-
+                   matmul decode attention; prefill eager, the decode step under
+                   torch.compile(mode="reduce-overhead") (CUDA graphs), warmed up before timing
 
 Both peers use the same weights (the static model takes transformers' tensors) and the same
 prompts. Per case and repetition (after --warmup untimed runs):
@@ -83,6 +83,15 @@ def static_generate(model, step, prompt: torch.Tensor, new_tokens: int, device: 
     return {"ids": ids, "ttft_s": t1 - t0, "decode_s": t2 - t1, "first": first_host}
 
 
+def cudagraph_skips() -> int | None:
+    """How often inductor has declined CUDA graphs in this process (None: not reported)."""
+    try:
+        from torch._dynamo.utils import counters
+        return int(counters["inductor"]["cudagraph_skips"])
+    except (ImportError, AttributeError, KeyError):
+        return None
+
+
 def timed_prefill(model, prompt: torch.Tensor, device: str) -> float:
     """Milliseconds of the static model's prefill (+ argmax), CUDA events where on CUDA."""
     positions = torch.arange(prompt.shape[1], device=prompt.device)
@@ -104,7 +113,11 @@ def run_static(cfg: dict, fused: dict, batch: int, context: int, args, device: s
     step = scm.decode_step
     compile_s = None
     if not args.no_compile:
+        # The cache is written inside the graph: a static address lets CUDA graphs keep it.
+        torch._dynamo.mark_static_address(model.k_cache)
+        torch._dynamo.mark_static_address(model.v_cache)
         step = torch.compile(scm.decode_step, mode="reduce-overhead", fullgraph=True, dynamic=False)
+    skips_before = cudagraph_skips()
     prompt = prompts_for(cfg["vocab_size"], batch, context, args.seed, device)
     samples = {"decode_tokens_per_s": [], "prefill_ms": [], "ttft_ms": []}
     with torch.no_grad():
@@ -112,6 +125,10 @@ def run_static(cfg: dict, fused: dict, batch: int, context: int, args, device: s
         for _ in range(max(1, args.warmup)):  # compiles, records the graph, replays it
             static_generate(model, step, prompt, N, device)
         compile_s = time.perf_counter() - start
+        skipped = None if skips_before is None else cudagraph_skips() - skips_before
+        if skipped:
+            print(f"torch_generate: warning: torch.compile skipped CUDA graphs {skipped} times "
+                  "(the decode step runs without them)", file=sys.stderr)
         for _ in range(args.reps):
             run = static_generate(model, step, prompt, N, device)
             samples["ttft_ms"].append(1e3 * run["ttft_s"])
@@ -119,7 +136,7 @@ def run_static(cfg: dict, fused: dict, batch: int, context: int, args, device: s
             samples["prefill_ms"].append(timed_prefill(model, prompt, device))
         # The compiled graph must give the eager model's tokens (same kernels up to fusion).
         eager = static_generate(model, scm.decode_step, prompt, min(N, 16), device)
-    return {"samples": samples, "kv_bytes": model.kv_bytes(), "warmup_s": compile_s,
+    return {"samples": samples, "kv_bytes": model.kv_bytes(), "warmup_s": compile_s, "cudagraph_skips": skipped,
             "ids": run["ids"].cpu(),
             "eager_prefix_agreement": prefix_agreement(eager["ids"].cpu(), run["ids"][:, :eager["ids"].shape[1]].cpu())}
 
@@ -268,6 +285,7 @@ def run(args) -> dict:
                 row["kv_bytes"] = result["kv_bytes"]
                 row["warmup_s"] = result["warmup_s"]
                 row["eager_prefix_agreement"] = result["eager_prefix_agreement"]
+                row["cudagraph_skips"] = result["cudagraph_skips"]
                 if (b, c) in hf_ids:  # same weights and prompts: a check that both compute one model
                     row["hf_prefix_agreement"] = prefix_agreement(result["ids"], hf_ids[(b, c)])
             except Exception as e:  # noqa: BLE001
@@ -300,16 +318,6 @@ def reference_greedy(cfg: dict, params: dict, prompt: torch.Tensor, n: int) -> t
     return ids[:, prompt.shape[1]:]
 
 
-def sdpa_has_gqa() -> bool:
-    """Whether this torch's scaled_dot_product_attention takes enable_gqa (2.5 and later)."""
-    try:
-        q = torch.zeros(1, 2, 1, 4)
-        torch.nn.functional.scaled_dot_product_attention(q, q[:, :1], q[:, :1], enable_gqa=True)
-        return True
-    except (AttributeError, TypeError, RuntimeError):
-        return False
-
-
 def self_check() -> int:
     base = {"vocab_size": 96, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
             "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
@@ -317,7 +325,7 @@ def self_check() -> int:
     families = {"qwen2": dict(model_type="qwen2", tie_word_embeddings=True),
                 "llama": dict(model_type="llama", tie_word_embeddings=False),
                 "qwen3": dict(model_type="qwen3", tie_word_embeddings=True, head_dim=16)}
-    attentions = ["matmul"] + (["sdpa"] if sdpa_has_gqa() else [])
+    attentions = ["matmul", "auto"] + (["sdpa"] if scm.sdpa_has_gqa() else [])
     for name, extra in families.items():
         cfg = dict(base, **extra)
         params = scm.random_params(cfg, torch.float32, "cpu", seed=3, std=0.2)
@@ -342,6 +350,11 @@ def self_check() -> int:
                   f"prefill {err_prefill:.2e}, decode step {err_step:.2e}")
             assert same and err_prefill < 1e-4 and err_step < 1e-4, name
             assert model.kv_bytes() == 2 * 2 * 3 * 2 * 19 * torch_reference.head_dim(cfg) * 4
+        # The timed case on the CPU, eager: every sample is there and positive.
+        small = argparse.Namespace(new_tokens=6, warmup=1, reps=2, attention="auto", no_compile=True, seed=0)
+        case = run_static(cfg, fused, 2, 5, small, "cpu")
+        assert all(len(v) == 2 and min(v) > 0 for v in case["samples"].values()), case["samples"]
+        assert case["ids"].shape == (2, 6) and case["eager_prefix_agreement"] == 1.0
     assert prefix_agreement(torch.tensor([[1, 2, 3, 4], [1, 9, 3, 4]]), torch.tensor([[1, 2, 3, 5], [1, 2, 3, 4]])) == 0.5
     print("self-check passed")
     return 0
@@ -357,7 +370,8 @@ def parse_args(argv=None):
     p.add_argument("--reps", type=int, default=5, help="timed runs per case")
     p.add_argument("--hf-reps", type=int, help="timed runs of HF generate (default --reps)")
     p.add_argument("--peers", default="hf,static", help="hf, static or both")
-    p.add_argument("--attention", choices=("sdpa", "matmul"), default="sdpa", help="static model's attention")
+    p.add_argument("--attention", choices=("auto", "sdpa", "matmul"), default="auto",
+                   help="static model: auto = SDPA prefill, grouped-matmul decode")
     p.add_argument("--no-compile", action="store_true", help="static model eager (no CUDA graphs)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--seed", type=int, default=0)
