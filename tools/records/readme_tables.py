@@ -7,6 +7,7 @@ The README shows benchmark figures only between marker lines
 
 and every such block must equal what this tool generates from bench/records/. A record
 made with a dirty tree is never cited. For each case the newest clean record is used.
+Kinds: ops, train, tokenizer, generate (decode throughput, bench/generate/run_generate_bench.py).
 
     readme_tables.py --check [README.md]   exit 1 when a block differs from the records
     readme_tables.py --write [README.md]   rewrite the blocks
@@ -29,6 +30,7 @@ CASE_KEYS = {
     "ops": lambda c: c["case"],
     "train": lambda c: f"{Path(c['config']).parent.name} B{c['batch']} T{c['seq']}",
     "tokenizer": lambda c: c["tokenizer"],
+    "generate": lambda c: c["case"],
 }
 
 
@@ -95,9 +97,38 @@ def tokenizer_table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def generate_table(records: list[dict]) -> str:
+    """Decode throughput per (model shape, batch, context), from run_generate_bench.py's
+    records; ratios > 1 mean microllm is faster (decode: microllm / PyTorch tokens/s)."""
+    lines = ["| model shape | batch | context | new tokens | microllm tokens/s | PyTorch compiled tokens/s | "
+             "microllm / PyTorch | HF generate tokens/s | microllm / HF | TTFT microllm / PyTorch | "
+             "microllm peak | commit |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def num(value, spec):
+        return "—" if value is None else format(value, spec)
+    for r in sorted(records, key=lambda r: (r["config"]["model"], r["config"]["batch"], r["config"]["context"])):
+        c, d = r["config"], r["derived"]
+        peak = (r.get("memory") or {}).get("microllm", {}).get("peak_memory_bytes")
+        ttft = (f"{num(d.get('microllm_ttft_ms'), '.1f')} / {num(d.get('static_compiled_ttft_ms'), '.1f')} ms"
+                if d.get("microllm_ttft_ms") is not None else "—")
+        ratio = (r.get("ratio_of_medians") or {}).get("value")
+        lines.append(
+            f"| {c['model']} | {c['batch']} | {c['context']:,} | {c['new_tokens']} | "
+            f"{num(d.get('microllm_decode_tokens_per_s'), ',.0f')} | "
+            f"{num(d.get('static_compiled_decode_tokens_per_s'), ',.0f')} | "
+            + (f"{ratio:.2f}×" if ratio is not None else "—") + " | "
+            f"{num(d.get('hf_generate_decode_tokens_per_s'), ',.0f')} | "
+            + (f"{d['decode_tokens_per_s_ratio_vs_hf_generate']:.2f}×"
+               if d.get("decode_tokens_per_s_ratio_vs_hf_generate") is not None else "—") + " | "
+            f"{ttft} | " + (f"{peak / 2**30:.2f} GiB" if peak else "—") + f" | `{r['git']['commit'][:7]}` |")
+    return "\n".join(lines)
+
+
 GENERATORS = {"ops": lambda: ops_table(load_records("ops")),
               "train": lambda: train_table(load_records("train")),
-              "tokenizer": lambda: tokenizer_table(load_records("tokenizer"))}
+              "tokenizer": lambda: tokenizer_table(load_records("tokenizer")),
+              "generate": lambda: generate_table(load_records("generate"))}
 BLOCK = re.compile(r"(<!-- records:(\w+):begin -->\n)(.*?)(<!-- records:\2:end -->)", re.S)
 
 

@@ -17,8 +17,9 @@ exclusively (``open(path, "x")``): an existing record is never overwritten. Fiel
   samples       {units, values}: the raw per-repetition values
   summary       statistics derived from samples.values (see ``summarize``)
   peer          (comparisons) {name, samples, summary}
-  ratio_of_medians  (comparisons) {definition, value}: peer median / microllm median, so
-                a value > 1 means microllm is faster (for time-like units)
+  ratio_of_medians  (comparisons) {definition, value[, higher_is_better]}: for time-like
+                units peer median / microllm median; for rates (higher_is_better true, e.g.
+                tokens/s) microllm median / peer median. Either way > 1 means microllm is faster
 
 Statistics (``summarize``) use only the standard library: min, max, mean (math.fsum),
 median, p95, q1, q3 by linear interpolation between closest ranks (Hyndman & Fan type 7,
@@ -30,6 +31,7 @@ CLI:
   record.py summarize 1.0 2.0 3.0                      statistics as JSON
   record.py write --kind ops --name gemm --units ms --samples 1.2,1.3 [--peer-samples ...]
                   [--peer-name torch] [--config '{"dtype": "bf16"}'] [--records-dir DIR]
+                  [--higher-is-better]                 (rate units: ratio = microllm / peer)
   record.py validate FILE...                           schema and summary checks
 """
 
@@ -97,11 +99,22 @@ def summarize(values: Iterable[float]) -> dict[str, Any]:
     }
 
 
-def ratio_of_medians(microllm: dict[str, Any] | None, peer: dict[str, Any] | None) -> float | None:
-    """peer median / microllm median (> 1: microllm is faster), None when either is missing."""
-    if not microllm or not peer or not microllm.get("median"):
+def ratio_of_medians(microllm: dict[str, Any] | None, peer: dict[str, Any] | None,
+                     higher_is_better: bool = False) -> float | None:
+    """> 1 means microllm is faster: peer median / microllm median for time-like units,
+    microllm median / peer median for rates (higher_is_better). None when either is missing."""
+    if not microllm or not peer:
         return None
-    return peer["median"] / microllm["median"]
+    num, den = (microllm, peer) if higher_is_better else (peer, microllm)
+    if not den.get("median"):
+        return None
+    return num["median"] / den["median"]
+
+
+def ratio_definition(higher_is_better: bool) -> str:
+    if higher_is_better:
+        return "microllm median / peer median (> 1: microllm faster; units are a rate)"
+    return "peer median / microllm median (> 1: microllm faster)"
 
 
 # ---- provenance -------------------------------------------------------------------------
@@ -231,10 +244,12 @@ def make_record(kind: str, config: dict[str, Any], samples: Sequence[float], uni
                 peer: dict[str, Any] | None = None, command: Sequence[str] | None = None,
                 host: dict[str, Any] | None = None, versions: dict[str, Any] | None = None,
                 git: dict[str, Any] | None = None, created: _dt.datetime | None = None,
-                extra: dict[str, Any] | None = None) -> dict[str, Any]:
+                extra: dict[str, Any] | None = None,
+                higher_is_better: bool = False) -> dict[str, Any]:
     """A record dict. `peer` is {name, samples: [...]} (units as ours) for comparisons.
     Empty samples (a failed run) give summary None; `extra` adds top-level fields
-    (e.g. derived rates, errors)."""
+    (e.g. derived rates, errors). `higher_is_better` marks rate units (tokens/s): the
+    ratio is then microllm / peer, so > 1 still means microllm is faster."""
     created = created or utc_now()
     values = [float(v) for v in samples]
     record: dict[str, Any] = {
@@ -258,9 +273,11 @@ def make_record(kind: str, config: dict[str, Any], samples: Sequence[float], uni
             "summary": peer_summary,
         }
         record["ratio_of_medians"] = {
-            "definition": "peer median / microllm median (> 1: microllm faster)",
-            "value": ratio_of_medians(record["summary"], peer_summary),
+            "definition": ratio_definition(higher_is_better),
+            "value": ratio_of_medians(record["summary"], peer_summary, higher_is_better),
         }
+        if higher_is_better:
+            record["ratio_of_medians"]["higher_is_better"] = True
     if extra:
         record.update(extra)
     return record
@@ -316,8 +333,10 @@ def validate(record: dict[str, Any]) -> list[str]:
     check("record", record["samples"], record["summary"])
     if "peer" in record:
         check("peer", record["peer"]["samples"], record["peer"]["summary"])
-        expected = ratio_of_medians(record["summary"], record["peer"]["summary"])
-        got = record.get("ratio_of_medians", {}).get("value")
+        ratio = record.get("ratio_of_medians", {})
+        expected = ratio_of_medians(record["summary"], record["peer"]["summary"],
+                                    bool(ratio.get("higher_is_better", False)))
+        got = ratio.get("value")
         if (expected is None) != (got is None) or (
                 expected is not None and not math.isclose(expected, got, rel_tol=1e-12)):
             problems.append(f"ratio_of_medians is {got}, medians give {expected}")
@@ -346,6 +365,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_write.add_argument("--config", default="{}", help="JSON object")
     p_write.add_argument("--versions", default="{}", help="JSON object, e.g. {\"torch\": \"2.11\"}")
     p_write.add_argument("--records-dir", default=str(DEFAULT_RECORDS_DIR))
+    p_write.add_argument("--higher-is-better", action="store_true",
+                         help="the units are a rate (tokens/s): ratio = microllm / peer")
     p_val = sub.add_parser("validate", help="check record files; exit 1 on a problem")
     p_val.add_argument("files", nargs="+")
     args = parser.parse_args(argv)
@@ -358,7 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.peer_samples is not None:
             peer = {"name": args.peer_name, "samples": _floats(args.peer_samples)}
         record = make_record(args.kind, json.loads(args.config), _floats(args.samples),
-                             args.units, peer=peer, versions=json.loads(args.versions))
+                             args.units, peer=peer, versions=json.loads(args.versions),
+                             higher_is_better=args.higher_is_better)
         print(write_record(record, args.name, args.records_dir))
         return 0
     bad = 0

@@ -25,3 +25,33 @@ def test_dirty_records_are_never_cited(tmp_path):
     (ops / "2.json").write_text(__import__("json").dumps(dirty))
     records = readme_tables.load_records("ops", tmp_path)
     assert [r["git"]["commit"][0] for r in records] == ["a"]
+
+
+def _generate_record(batch, context, commit, created, dirty=False, peers=True):
+    derived = {"microllm_decode_tokens_per_s": 1234.4, "microllm_ttft_ms": 5.25}
+    record = {"git": {"dirty": dirty, "commit": commit * 40}, "created_utc": created,
+              "config": {"case": f"m-b{batch}-c{context}-n128", "model": "m", "batch": batch,
+                         "context": context, "new_tokens": 128},
+              "summary": {"median": 1234.4}, "derived": derived,
+              "memory": {"microllm": {"peak_memory_bytes": 3 * 2**30}}}
+    if peers:
+        derived.update(static_compiled_decode_tokens_per_s=617.2, static_compiled_ttft_ms=10.5,
+                       hf_generate_decode_tokens_per_s=123.44, decode_tokens_per_s_ratio_vs_hf_generate=10.0)
+        record["ratio_of_medians"] = {"value": 2.0, "higher_is_better": True}
+    return record
+
+
+def test_generate_table_rows_sorted_by_number_newest_clean_record_per_case(tmp_path):
+    folder = tmp_path / "generate"
+    folder.mkdir()
+    docs = [_generate_record(8, 512, "a", "2026-01-01T00:00:00Z"),
+            _generate_record(8, 512, "b", "2026-02-01T00:00:00Z"),               # newer: cited
+            _generate_record(8, 512, "c", "2026-03-01T00:00:00Z", dirty=True),   # dirty: never
+            _generate_record(64, 8, "d", "2026-01-01T00:00:00Z", peers=False)]
+    for i, doc in enumerate(docs):
+        (folder / f"{i}.json").write_text(__import__("json").dumps(doc))
+    rows = readme_tables.generate_table(readme_tables.load_records("generate", tmp_path)).splitlines()
+    assert rows[2] == ("| m | 8 | 512 | 128 | 1,234 | 617 | 2.00× | 123 | 10.00× | 5.2 / 10.5 ms | 3.00 GiB | "
+                       "`bbbbbbb` |")
+    assert rows[3] == "| m | 64 | 8 | 128 | 1,234 | — | — | — | — | 5.2 / — ms | 3.00 GiB | `ddddddd` |"
+    assert len(rows) == 4

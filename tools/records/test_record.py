@@ -132,3 +132,27 @@ def test_microllm_version_reads_the_cmake_project(tmp_path):
     (tmp_path / "CMakeLists.txt").write_text(
         "cmake_minimum_required(VERSION 3.25)\nproject(microllm VERSION 1.2.3 LANGUAGES C CXX)\n")
     assert record.microllm_version(tmp_path) == "1.2.3"
+
+
+def test_rate_units_take_microllm_over_peer():
+    # tokens/s: microllm medians 200, peer 100 → microllm is 2× faster, ratio 2.
+    r = record.make_record(
+        "generate", {"case": "unit"}, [190, 200, 210], "tokens/s",
+        peer={"name": "torch", "samples": [90, 100, 110]}, command=["bench"],
+        host={"cpu": "test", "gpu": None, "driver": None, "cuda": None, "clocks": None},
+        git={"commit": "abc", "dirty": False}, created=CREATED, higher_is_better=True)
+    assert r["ratio_of_medians"]["value"] == pytest.approx(2.0)
+    assert r["ratio_of_medians"]["higher_is_better"] is True
+    assert r["ratio_of_medians"]["definition"].startswith("microllm median / peer median")
+    assert record.validate(r) == []
+    # The validator follows the stated direction: the time-like value is caught.
+    r["ratio_of_medians"]["value"] = 0.5
+    assert any("ratio_of_medians" in p for p in record.validate(r))
+
+
+def test_time_units_keep_peer_over_microllm_and_no_direction_key():
+    r = small_record([1, 2, 3], peer={"name": "torch", "samples": [4, 4, 4]})
+    assert "higher_is_better" not in r["ratio_of_medians"]
+    assert record.ratio_of_medians({"median": 2.0}, {"median": 4.0}) == 2.0
+    assert record.ratio_of_medians({"median": 2.0}, {"median": 4.0}, higher_is_better=True) == 0.5
+    assert record.ratio_of_medians({"median": 2.0}, {"median": 0.0}, higher_is_better=True) is None
