@@ -18,5 +18,7 @@ Command add_eval_command(CLI::App& parent);
 Command add_launch_command(CLI::App& parent);
 Command add_forward_command(CLI::App& parent);
 Command add_tokenize_command(CLI::App& parent);
+Command add_generate_command(CLI::App& parent);
+Command add_chat_command(CLI::App& parent);
 
 }  // namespace microllm::app

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
       microllm::app::add_tokenizer_command(app), microllm::app::add_train_command(app),
       microllm::app::add_eval_command(app),      microllm::app::add_launch_command(app),
       microllm::app::add_forward_command(app),   microllm::app::add_tokenize_command(app),
+      microllm::app::add_generate_command(app),  microllm::app::add_chat_command(app),
   };
   return microllm::apps::run_subcommands(app, commands, argc, argv, "microllm");
 }

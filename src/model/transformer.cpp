@@ -37,17 +37,26 @@ Transformer::Transformer(ModelConfig config, Device device, DType dtype, uint64_
   inv_freq_ = rope_frequencies(config_).to(device);
 }
 
-Transformer::Transformer(ModelConfig config, Device device, DType dtype, Uninitialized)
+Transformer::Transformer(ModelConfig config, Device device, DType dtype, Uninitialized,
+                         bool allocate)
     : config_(std::move(config)), device_(device), dtype_(dtype) {
   config_.validate("Transformer");
   MICROLLM_CHECK(is_floating(dtype), "Transformer", "parameters must be floating, found ", dtype);
-  for (const ParameterSpec& spec : parameter_specs(config_))
-    parameters_.emplace(spec.name, Tensor::empty(spec.shape, dtype, device));
+  if (allocate)
+    for (const ParameterSpec& spec : parameter_specs(config_))
+      parameters_.emplace(spec.name, Tensor::empty(spec.shape, dtype, device));
   inv_freq_ = rope_frequencies(config_).to(device);
 }
 
 Transformer Transformer::for_loading(ModelConfig config, Device device, DType dtype) {
   return Transformer(std::move(config), device, dtype, Uninitialized{});
+}
+
+Transformer Transformer::from_weights(const ModelWeights& weights) {
+  Transformer t(weights.config(), weights.device(), weights.dtype(), Uninitialized{},
+                /*allocate=*/false);
+  t.parameters_ = weights.named();
+  return t;
 }
 
 Tensor& Transformer::parameter(const std::string& name) {

@@ -23,6 +23,7 @@
 
 #include "microllm/core/random.h"
 #include "microllm/model/config.h"
+#include "microllm/model/weights.h"
 
 namespace microllm::model {
 
@@ -38,6 +39,9 @@ class Transformer {
               uint64_t seed = 0, double initializer_range = 0.02);
   // Parameters allocated but not initialized, for loading a checkpoint over them.
   static Transformer for_loading(ModelConfig config, Device device, DType dtype);
+  // Parameters that are the views of `weights` (the same storage: the inference step and
+  // this Transformer see one set of weights).
+  static Transformer from_weights(const ModelWeights& weights);
 
   const ModelConfig& config() const { return config_; }
   Device device() const { return device_; }
@@ -60,7 +64,7 @@ class Transformer {
 
  private:
   struct Uninitialized {};
-  Transformer(ModelConfig config, Device device, DType dtype, Uninitialized);
+  Transformer(ModelConfig config, Device device, DType dtype, Uninitialized, bool allocate = true);
   const Tensor& param(const std::string& name) const;
   Tensor lm_head_weight() const;
 

@@ -1,0 +1,325 @@
+// The inference path against the reference Transformer on the same weights (CPU, F32):
+// DecoderStep's prefill (whole and chunked) and decode logits equal the full uncached
+// forward; a paged cache with shuffled blocks gives the logits of a contiguous one, bit for
+// bit; the Engine's greedy tokens are the reference's, a batch generates what each prompt
+// generates alone (greedy and seeded sampling), block sizes 1, 16 and 5 agree, preemption
+// under a tiny KV pool changes no token, and no block is left in use afterwards.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "core/expect_error.h"
+#include "microllm/autograd/node.h"
+#include "microllm/infer/engine.h"
+#include "microllm/infer/kv_cache.h"
+#include "microllm/model/decoder_step.h"
+#include "microllm/model/transformer.h"
+#include "microllm/ops/ops.h"
+
+using namespace microllm;
+using microllm::testing::throws_error;
+using model::ModelConfig;
+using model::ModelWeights;
+
+namespace {
+
+ModelConfig tiny_config(model::Family family) {
+  ModelConfig c;
+  c.family = family;
+  c.vocab_size = 61;
+  c.hidden_size = 32;
+  c.intermediate_size = 40;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = family == model::Family::Llama ? 4 : 2;
+  c.head_dim = family == model::Family::Qwen3 ? 12 : 8;
+  c.max_position_embeddings = 128;
+  c.rope_theta = 10000.0;
+  c.qkv_bias = family == model::Family::Qwen2;
+  c.qk_norm = family == model::Family::Qwen3;
+  c.tie_word_embeddings = family != model::Family::Llama;
+  return c;
+}
+
+const model::Family kFamilies[] = {model::Family::Qwen2, model::Family::Llama,
+                                   model::Family::Qwen3};
+
+std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int32_t& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
+  return ids;
+}
+
+Tensor i32(const std::vector<int64_t>& v, const Shape& shape) {
+  return Tensor::from_vector(v, shape, DType::I32);
+}
+
+// Reference logits (V) of the last token of `ids`, by a full forward with no cache.
+std::vector<float> reference_last_logits(const model::Transformer& t,
+                                         const std::vector<int32_t>& ids) {
+  const std::vector<int64_t> wide(ids.begin(), ids.end());
+  const Tensor x = Tensor::from_vector(wide, {1, static_cast<int64_t>(ids.size())});
+  const Tensor logits = t.forward(x);  // (1, T, V)
+  return logits.narrow(1, static_cast<int64_t>(ids.size()) - 1, 1).to_vector_f32();
+}
+
+// A paged layout: every sequence gets ceil(len / BS) blocks taken from a shuffled pool.
+struct Paging {
+  int64_t block_size;
+  std::vector<std::vector<int64_t>> tables;  // per sequence
+};
+
+Paging make_paging(const std::vector<int64_t>& lens, int64_t block_size, int64_t num_blocks,
+                   bool shuffle) {
+  std::vector<int64_t> pool(static_cast<size_t>(num_blocks));
+  std::iota(pool.begin(), pool.end(), 0);
+  if (shuffle) std::shuffle(pool.begin(), pool.end(), std::mt19937_64(9));
+  Paging p{block_size, {}};
+  size_t next = 0;
+  for (int64_t len : lens) {
+    std::vector<int64_t> table;
+    for (int64_t b = 0; b < (len + block_size - 1) / block_size; ++b) table.push_back(pool[next++]);
+    p.tables.push_back(table);
+  }
+  return p;
+}
+
+// One step in which sequence b adds tokens [starts[b], starts[b] + new_ids[b].size()).
+model::StepBatch make_step(const std::vector<std::vector<int32_t>>& new_ids,
+                           const std::vector<int64_t>& starts, const Paging& paging, int64_t M) {
+  std::vector<int64_t> ids, positions, slots, query_starts{0}, seq_lens, tables, last_rows;
+  for (size_t b = 0; b < new_ids.size(); ++b) {
+    for (size_t i = 0; i < new_ids[b].size(); ++i) {
+      const int64_t pos = starts[b] + static_cast<int64_t>(i);
+      ids.push_back(new_ids[b][i]);
+      positions.push_back(pos);
+      slots.push_back(paging.tables[b][static_cast<size_t>(pos / paging.block_size)] *
+                          paging.block_size +
+                      pos % paging.block_size);
+    }
+    query_starts.push_back(static_cast<int64_t>(ids.size()));
+    seq_lens.push_back(starts[b] + static_cast<int64_t>(new_ids[b].size()));
+    last_rows.push_back(static_cast<int64_t>(ids.size()) - 1);
+    for (int64_t m = 0; m < M; ++m)
+      tables.push_back(m < static_cast<int64_t>(paging.tables[b].size())
+                           ? paging.tables[b][static_cast<size_t>(m)]
+                           : -1);
+  }
+  const int64_t N = static_cast<int64_t>(ids.size()), B = static_cast<int64_t>(new_ids.size());
+  model::StepBatch s;
+  s.token_ids = i32(ids, {N});
+  s.positions = i32(positions, {N});
+  s.slot_mapping = i32(slots, {N});
+  s.query_starts = i32(query_starts, {B + 1});
+  s.seq_lens = i32(seq_lens, {B});
+  s.block_tables = i32(tables, {B, M});
+  s.last_rows = i32(last_rows, {B});
+  s.num_tokens = N;
+  s.num_seqs = B;
+  return s;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double max_ref = 0.0, max_diff = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    max_ref = std::max(max_ref, std::abs(static_cast<double>(want[i])));
+    max_diff = std::max(max_diff, std::abs(static_cast<double>(got[i]) - want[i]));
+  }
+  EXPECT_LE(max_diff, tol * std::max(1.0, max_ref)) << what;
+}
+
+std::vector<std::vector<int32_t>> generate(const std::shared_ptr<const ModelWeights>& w,
+                                           const std::vector<std::vector<int32_t>>& prompts,
+                                           infer::SamplingParams params,
+                                           infer::EngineOptions options = {}) {
+  if (options.kv_memory_bytes == 0) options.kv_memory_bytes = 8 << 20;
+  infer::Engine engine(w, options);
+  std::map<int64_t, size_t> index;
+  for (size_t i = 0; i < prompts.size(); ++i) index[engine.add_request(prompts[i], params)] = i;
+  std::vector<std::vector<int32_t>> out(prompts.size());
+  while (engine.has_unfinished())
+    for (const infer::TokenOutput& t : engine.step()) out[index.at(t.request_id)].push_back(t.token);
+  EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks());  // nothing leaked
+  return out;
+}
+
+}  // namespace
+
+TEST(DecoderStep, PrefillChunksAndDecodeEqualTheUncachedForward) {
+  autograd::NoGradGuard no_grad;
+  for (model::Family family : kFamilies) {
+    const ModelConfig c = tiny_config(family);
+    const ModelWeights w = ModelWeights::random(c, Device::cpu(), DType::F32, 21, 0.3);
+    const model::Transformer reference = model::Transformer::from_weights(w);
+    const int64_t BS = 4, M = 8;
+    const std::vector<std::vector<int32_t>> prompts = {random_ids(9, c.vocab_size, 1),
+                                                       random_ids(3, c.vocab_size, 2),
+                                                       random_ids(14, c.vocab_size, 3)};
+    const Paging paging = make_paging({16, 16, 20}, BS, 24, /*shuffle=*/true);
+    infer::KvCache kv(c, Device::cpu(), DType::F32, BS, 24);
+    model::DecoderStep step(w, {64, 4, M, BS});
+    // Prefill: sequence 0 whole, sequences 1 and 2 in two chunks (the second chunk reads the
+    // first from the cache).
+    std::vector<int64_t> split = {9, 2, 6};
+    std::vector<std::vector<int32_t>> first, second;
+    for (size_t b = 0; b < prompts.size(); ++b) {
+      first.push_back({prompts[b].begin(), prompts[b].begin() + split[b]});
+      second.push_back({prompts[b].begin() + split[b], prompts[b].end()});
+    }
+    step.forward(make_step({first[1], first[2]}, {0, 0}, {paging.block_size, {paging.tables[1], paging.tables[2]}}, M),
+                 kv.layers());
+    const Tensor logits = step.forward(
+        make_step({first[0], second[1], second[2]}, {0, split[1], split[2]}, paging, M),
+        kv.layers());  // (3, V)
+    for (size_t b = 0; b < prompts.size(); ++b)
+      expect_close(logits.narrow(0, static_cast<int64_t>(b), 1).to_vector_f32(),
+                   reference_last_logits(reference, prompts[b]), 1e-4,
+                   "prefill of sequence " + std::to_string(b));
+    // Three decode steps, all sequences at different positions.
+    std::vector<std::vector<int32_t>> seqs = prompts;
+    for (int step_i = 0; step_i < 3; ++step_i) {
+      std::vector<std::vector<int32_t>> news;
+      std::vector<int64_t> starts;
+      for (size_t b = 0; b < seqs.size(); ++b) {
+        const int32_t next = static_cast<int32_t>((7 * step_i + 3 * b + 1) % c.vocab_size);
+        starts.push_back(static_cast<int64_t>(seqs[b].size()));
+        seqs[b].push_back(next);
+        news.push_back({next});
+      }
+      const Tensor decoded = step.forward(make_step(news, starts, paging, M), kv.layers());
+      for (size_t b = 0; b < seqs.size(); ++b)
+        expect_close(decoded.narrow(0, static_cast<int64_t>(b), 1).to_vector_f32(),
+                     reference_last_logits(reference, seqs[b]), 1e-4,
+                     "decode " + std::to_string(step_i) + " of sequence " + std::to_string(b));
+    }
+  }
+}
+
+TEST(DecoderStep, PagedEqualsContiguousBitForBit) {
+  autograd::NoGradGuard no_grad;
+  const ModelConfig c = tiny_config(model::Family::Qwen2);
+  const ModelWeights w = ModelWeights::random(c, Device::cpu(), DType::F32, 5, 0.3);
+  const std::vector<std::vector<int32_t>> prompts = {random_ids(11, c.vocab_size, 4),
+                                                     random_ids(6, c.vocab_size, 5)};
+  std::vector<std::vector<float>> results;
+  for (bool shuffle : {false, true}) {
+    const Paging paging = make_paging({12, 8}, 4, 16, shuffle);
+    infer::KvCache kv(c, Device::cpu(), DType::F32, 4, 16);
+    model::DecoderStep step(w, {32, 2, 4, 4});
+    step.forward(make_step(prompts, {0, 0}, paging, 4), kv.layers());
+    results.push_back(step.forward(make_step({{1}, {2}}, {11, 6}, paging, 4), kv.layers())
+                          .to_vector_f32());
+  }
+  EXPECT_EQ(results[0], results[1]);
+}
+
+TEST(Engine, GreedyEqualsTheUncachedReferenceForEveryFamily) {
+  autograd::NoGradGuard no_grad;
+  for (model::Family family : kFamilies) {
+    const ModelConfig c = tiny_config(family);
+    auto w = std::make_shared<const ModelWeights>(
+        ModelWeights::random(c, Device::cpu(), DType::F32, 31, 0.3));
+    const model::Transformer reference = model::Transformer::from_weights(*w);
+    const std::vector<std::vector<int32_t>> prompts = {random_ids(1, c.vocab_size, 6),
+                                                       random_ids(7, c.vocab_size, 7),
+                                                       random_ids(23, c.vocab_size, 8)};
+    infer::SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    greedy.max_new_tokens = 10;
+    infer::EngineOptions options;
+    options.prefill_chunk = 8;  // the 23-token prompt takes three chunks
+    options.block_size = 5;
+    const auto out = generate(w, prompts, greedy, options);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      std::vector<int32_t> seq = prompts[i];
+      for (int32_t token : out[i]) {
+        const std::vector<float> logits = reference_last_logits(reference, seq);
+        const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
+        ASSERT_EQ(token, best) << "family " << static_cast<int>(family) << " prompt " << i;
+        seq.push_back(token);
+      }
+      EXPECT_EQ(out[i].size(), 10u);
+    }
+  }
+}
+
+TEST(Engine, BatchEqualsAloneAndBlockSizesAgree) {
+  const ModelConfig c = tiny_config(model::Family::Qwen3);
+  auto w = std::make_shared<const ModelWeights>(
+      ModelWeights::random(c, Device::cpu(), DType::F32, 41, 0.3));
+  const std::vector<std::vector<int32_t>> prompts = {
+      random_ids(4, c.vocab_size, 9), random_ids(13, c.vocab_size, 10),
+      random_ids(2, c.vocab_size, 11), random_ids(30, c.vocab_size, 12)};
+  infer::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.max_new_tokens = 12;
+  infer::SamplingParams sampled;
+  sampled.temperature = 0.8f;
+  sampled.top_k = 20;
+  sampled.top_p = 0.9f;
+  sampled.seed = 1234;
+  sampled.max_new_tokens = 12;
+  for (const infer::SamplingParams& params : {greedy, sampled}) {
+    const auto together = generate(w, prompts, params);
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(generate(w, {prompts[i]}, params)[0], together[i]) << "prompt " << i;
+    for (int64_t bs : {1, 16, 5}) {
+      infer::EngineOptions options;
+      options.block_size = bs;
+      options.prefill_chunk = 7;
+      EXPECT_EQ(generate(w, prompts, params, options), together) << "block size " << bs;
+    }
+  }
+}
+
+TEST(Engine, PreemptionUnderATinyPoolChangesNoToken) {
+  const ModelConfig c = tiny_config(model::Family::Llama);
+  auto w = std::make_shared<const ModelWeights>(
+      ModelWeights::random(c, Device::cpu(), DType::F32, 51, 0.3));
+  std::vector<std::vector<int32_t>> prompts;
+  for (uint64_t i = 0; i < 6; ++i) prompts.push_back(random_ids(10 + 3 * i, c.vocab_size, 20 + i));
+  infer::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.max_new_tokens = 20;
+  const auto roomy = generate(w, prompts, greedy);
+  infer::EngineOptions tight;
+  tight.block_size = 4;
+  // 14 blocks of 4 tokens: one sequence of 45 tokens needs 12, six of them far more.
+  tight.kv_memory_bytes = 14 * infer::KvCache::bytes_per_block(c, DType::F32, 4);
+  tight.max_model_len = 56;
+  infer::Engine engine(w, tight);
+  std::map<int64_t, size_t> index;
+  for (size_t i = 0; i < prompts.size(); ++i) index[engine.add_request(prompts[i], greedy)] = i;
+  std::vector<std::vector<int32_t>> out(prompts.size());
+  while (engine.has_unfinished())
+    for (const infer::TokenOutput& t : engine.step()) out[index.at(t.request_id)].push_back(t.token);
+  EXPECT_GT(engine.stats().preemptions, 0);
+  EXPECT_EQ(out, roomy);
+  EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks());
+}
+
+TEST(Engine, BadRequestsAreOneClearError) {
+  const ModelConfig c = tiny_config(model::Family::Qwen2);
+  auto w = std::make_shared<const ModelWeights>(ModelWeights::random(c, Device::cpu(), DType::F32));
+  infer::EngineOptions options;
+  options.kv_memory_bytes = 4 << 20;
+  infer::Engine engine(w, options);
+  infer::SamplingParams params;
+  EXPECT_TRUE(throws_error([&] { engine.add_request({1, 61}, params); }, "Engine",
+                           {"61", "vocabulary"}));
+  EXPECT_TRUE(throws_error([&] { engine.add_request(random_ids(128, 61, 1), params); }, "Engine",
+                           {"128 tokens", "context"}));
+  EXPECT_TRUE(throws_error([&] { engine.add_request({}, params); }, "Engine", {"empty"}));
+  params.top_p = 0.0f;
+  EXPECT_TRUE(throws_error([&] { engine.add_request({1}, params); }, "", {"top_p"}));
+  EXPECT_FALSE(engine.has_unfinished());
+  infer::EngineOptions small;
+  small.kv_memory_bytes = 1024;
+  EXPECT_TRUE(throws_error([&] { infer::Engine(w, small); }, "Engine",
+                           {"KV cache does not fit", "bytes"}));
+}
