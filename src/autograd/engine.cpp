@@ -5,7 +5,8 @@
 // from the roots, how many edges point at it, then runs nodes whose gradients are complete
 // (Kahn's algorithm), summing the gradients that arrive at the same output. Once a leaf's
 // AccumulateGrad has run, its .grad is final for the pass and its post-accumulate-grad hooks
-// run (data-parallel training starts bucket all-reduces from them).
+// run (data-parallel training starts bucket all-reduces from them). Tensor::backward (declared
+// in core/tensor.h) is defined at the end of this file.
 #include <algorithm>
 #include <atomic>
 #include <unordered_map>
@@ -189,3 +190,24 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
 }
 
 }  // namespace microllm::autograd
+
+namespace microllm {
+
+// Tensor::backward is declared in core/tensor.h and defined here, so core needs no autograd.
+void Tensor::backward(const Tensor& grad_output) const {
+  check_defined("Tensor::backward");
+  MICROLLM_CHECK(requires_grad(), "backward", "tensor ", describe(),
+                 " does not require a gradient and has no grad_fn");
+  Tensor seed = grad_output;
+  if (!seed.defined()) {
+    MICROLLM_CHECK(numel() == 1, "backward", "a gradient must be given for non-scalar output ",
+                   describe());
+    seed = Tensor::full(shape(), 1.0, dtype(), device());
+  }
+  MICROLLM_CHECK(seed.shape() == shape() && seed.dtype() == dtype() && seed.device() == device(),
+                 "backward", "gradient ", seed.describe(), " does not match output ", describe(),
+                 " in shape, dtype or device");
+  autograd::run_backward({*this}, {seed});
+}
+
+}  // namespace microllm

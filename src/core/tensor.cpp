@@ -1,10 +1,11 @@
-// Tensor factories, metadata, host access and copies. Views live in src/ops/view/.
+// Tensor factories, metadata, host access and copies: the members core defines (see the
+// layer note in tensor.h). Views and to()/clone() live in src/ops/view/, backward() in
+// src/autograd/engine.cpp.
 #include "microllm/core/tensor.h"
 
 #include <cstring>
 #include <sstream>
 
-#include "microllm/autograd/node.h"
 #include "microllm/core/backend.h"
 #include "microllm/core/element.h"
 #include "microllm/core/strided_loop.h"
@@ -177,8 +178,19 @@ void* Tensor::raw_data() const {
 
 // ---- host access -------------------------------------------------------------------------
 
+namespace {
+// `t` itself when it already lies on the host in `dtype`, else a dense host copy converted
+// to `dtype` (copy_from converts; no autograd is involved).
+Tensor host_copy(const Tensor& t, DType dtype) {
+  if (t.is_cpu() && t.dtype() == dtype) return t;
+  Tensor host = Tensor::empty(t.shape(), dtype, Device::cpu());
+  host.copy_from(t);
+  return host;
+}
+}  // namespace
+
 std::vector<double> Tensor::to_vector_f64() const {
-  Tensor host = to(Device::cpu());
+  const Tensor host = host_copy(*this, dtype());
   std::vector<double> values(static_cast<size_t>(numel()));
   const void* base = host.raw_data();
   strided_loop<1>(host.shape(), {host.strides()}, [&](int64_t i, const std::array<int64_t, 1>& o) {
@@ -195,9 +207,12 @@ std::vector<float> Tensor::to_vector_f32() const {
 std::vector<int64_t> Tensor::to_vector_i64() const {
   MICROLLM_CHECK(is_integral(dtype()), "Tensor::to_vector_i64",
                  "expected an integer tensor, found ", describe());
-  Tensor host = to(DType::I64).to(Device::cpu()).contiguous();
+  const Tensor host = host_copy(*this, DType::I64);  // (numel) values in row-major order
+  std::vector<int64_t> values(static_cast<size_t>(numel()));
   const int64_t* p = host.data<int64_t>();
-  return std::vector<int64_t>(p, p + numel());
+  strided_loop<1>(host.shape(), {host.strides()},
+                  [&](int64_t i, const std::array<int64_t, 1>& o) { values[i] = p[o[0]]; });
+  return values;
 }
 
 double Tensor::item() const {
@@ -297,22 +312,6 @@ Tensor Tensor::detach() const {
   impl->offset = impl_->offset;
   impl->dtype = impl_->dtype;
   return Tensor(std::move(impl));
-}
-
-void Tensor::backward(const Tensor& grad_output) const {
-  check_defined("Tensor::backward");
-  MICROLLM_CHECK(requires_grad(), "backward", "tensor ", describe(),
-                 " does not require a gradient and has no grad_fn");
-  Tensor seed = grad_output;
-  if (!seed.defined()) {
-    MICROLLM_CHECK(numel() == 1, "backward", "a gradient must be given for non-scalar output ",
-                   describe());
-    seed = Tensor::full(shape(), 1.0, dtype(), device());
-  }
-  MICROLLM_CHECK(seed.shape() == shape() && seed.dtype() == dtype() && seed.device() == device(),
-                 "backward", "gradient ", seed.describe(), " does not match output ", describe(),
-                 " in shape, dtype or device");
-  autograd::run_backward({*this}, {seed});
 }
 
 }  // namespace microllm

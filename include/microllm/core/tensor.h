@@ -4,6 +4,13 @@
 // A Tensor is a cheap handle: copies share the same TensorImpl (like torch.Tensor). View
 // methods (reshape, permute, narrow, expand, ...) return new tensors that share storage and
 // are differentiable; contiguous(), to(dtype) and to(device) copy only when they must.
+//
+// Layers: the class is declared here, but members that record autograd are defined above
+// core. The views, contiguous(), to(dtype), to(device) and clone() are defined in
+// src/ops/view/view.cpp; backward() in src/autograd/engine.cpp. Everything else (factories,
+// metadata, host access, copy_from, fill, the autograd accessors) is src/core/tensor.cpp.
+// Core itself calls none of the members defined above it (it copies with empty + copy_from)
+// and includes nothing from ops/ or autograd/; scripts/check_layers.sh checks the includes.
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,7 @@
 #include "microllm/ops/activation.h"
 
 #include "../common.h"
-#include "../row_kernels.h"
+#include "activation_kernels.h"
 #include "microllm/autograd/node.h"
 
 namespace microllm::ops {

@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "../cuda_common.cuh"
-#include "../row_kernels.h"
+#include "activation_kernels.h"
 
 namespace microllm::ops {
 namespace {

@@ -14,7 +14,7 @@
 #include <cstdint>
 
 #include "../cuda_common.cuh"
-#include "../row_kernels.cuh"
+#include "../row_reduce.cuh"
 #include "cross_entropy_kernels.h"
 
 namespace microllm::ops {

@@ -1,5 +1,5 @@
 // CUDA embedding: index_select along dim 0 of the (V, C) table, so it runs the index_select
-// kernels (src/ops/tensor_ops/index_select_cuda.cu) with outer = 1, n = V, inner = C.
+// kernels (src/ops/index_select/index_select_cuda.cu) with outer = 1, n = V, inner = C.
 //
 // Layout: weight, dweight (V, C); ids (N) I32/I64, dense, range-checked by the caller;
 // out, dout (N, C).
@@ -9,7 +9,7 @@
 //             element has one writer. Cost: parts × N id reads (parts ≤ 64, through shared
 //             memory) plus the N·C adds; no sort and no extra memory.
 #include "../common.h"
-#include "../tensor_ops/index_select_kernels.h"
+#include "../index_select/index_select_kernels.h"
 #include "embedding_kernels.h"
 
 namespace microllm::ops {

@@ -2,9 +2,9 @@
 #include "microllm/ops/rms_norm.h"
 
 #include "../common.h"
-#include "../row_kernels.h"
 #include "microllm/autograd/node.h"
 #include "microllm/ops/elementwise.h"
+#include "rms_norm_kernels.h"
 
 namespace microllm::ops {
 namespace {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "../common.h"
-#include "../row_kernels.h"
+#include "rms_norm_kernels.h"
 
 namespace microllm::ops {
 

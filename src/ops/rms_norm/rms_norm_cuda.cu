@@ -19,7 +19,7 @@
 #include <algorithm>
 
 #include "../cuda_common.cuh"
-#include "../row_kernels.h"
+#include "rms_norm_kernels.h"
 
 namespace microllm::ops {
 namespace {

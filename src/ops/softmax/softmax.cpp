@@ -2,8 +2,8 @@
 #include "microllm/ops/softmax.h"
 
 #include "../common.h"
-#include "../row_kernels.h"
 #include "microllm/autograd/node.h"
+#include "softmax_kernels.h"
 
 namespace microllm::ops {
 namespace {

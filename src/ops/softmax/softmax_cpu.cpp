@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "../common.h"
-#include "../row_kernels.h"
+#include "softmax_kernels.h"
 
 namespace microllm::ops {
 

@@ -15,8 +15,8 @@
 #include <cstdint>
 
 #include "../cuda_common.cuh"
-#include "../row_kernels.cuh"
-#include "../row_kernels.h"
+#include "../row_reduce.cuh"
+#include "softmax_kernels.h"
 
 namespace microllm::ops {
 namespace {

@@ -1,5 +1,5 @@
-// Tensor views (share storage) and the copies contiguous / clone / to(device), each with its
-// backward. Views never move data: they compute a new shape, strides and offset.
+// Tensor views (share storage) and the copies contiguous / clone / to(dtype) / to(device),
+// each with its backward. Views never move data: they compute a new shape, strides and offset.
 #include <algorithm>
 #include <numeric>
 #include <optional>
@@ -7,7 +7,6 @@
 #include "microllm/autograd/node.h"
 #include "microllm/core/tensor.h"
 #include "microllm/ops/reduce.h"
-#include "microllm/ops/tensor_ops.h"
 
 namespace microllm {
 namespace {
@@ -258,7 +257,15 @@ Tensor Tensor::clone() const {
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
 Tensor Tensor::to(DType dtype) const {
-  return dtype == this->dtype() ? *this : ops::cast(*this, dtype);
+  if (dtype == this->dtype()) return *this;
+  Tensor out = Tensor::empty(shape(), dtype, device());
+  out.copy_from(*this);
+  // Differentiable between floating dtypes: the gradient goes back in the source dtype.
+  if (is_floating(dtype)) {
+    const DType source = this->dtype();
+    record_view("cast", *this, out, [source](const Tensor& g) { return g.to(source); });
+  }
+  return out;
 }
 
 Tensor Tensor::to(Device device) const {

@@ -1,0 +1,23 @@
+// Kernel entry points of RMSNorm. Rows are dense (R, C): F32 or F64 on the CPU; F32, BF16 or
+// F16 on CUDA (F32 arithmetic). The weight (C) has the input's dtype; the saved rstd (R) is
+// F32 (F64 for F64 inputs).
+#pragma once
+
+#include "microllm/core/tensor.h"
+
+namespace microllm::ops {
+
+// y = x · rstd · weight with rstd = 1/sqrt(mean(x²) + eps), rstd (R) saved for backward.
+void rms_norm_forward_cpu(const Tensor& x, const Tensor& weight, double eps, const Tensor& y,
+                          const Tensor& rstd);
+// dx (R, C) and dweight (C) from dy; dweight is overwritten.
+void rms_norm_backward_cpu(const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                           const Tensor& dy, const Tensor& dx, const Tensor& dweight);
+#if MICROLLM_WITH_CUDA
+void rms_norm_forward_cuda(const Tensor& x, const Tensor& weight, double eps, const Tensor& y,
+                           const Tensor& rstd);
+void rms_norm_backward_cuda(const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                            const Tensor& dy, const Tensor& dx, const Tensor& dweight);
+#endif
+
+}  // namespace microllm::ops
