@@ -4,13 +4,13 @@
 //
 // Every floating-point step is one correctly rounded IEEE operation: on the device through
 // the _rn intrinsics, which nvcc never contracts into fused multiply-adds; fused steps are
-// explicit fmas on both sides (std::fma on the host). Host code of the library is built
-// without FMA contraction (x86-64 baseline, no -march flags), so its plain `*` and `+`
-// round once each, as the device intrinsics do.
+// explicit fmas on both sides (std::fma on the host). The CPU files that include this
+// header switch contraction off (#pragma), so their plain `*` and `-` round once each too,
+// on targets with FMA instructions as well (aarch64, -march=native).
 //
-// Masses are integers, Q = ⌊exp(x − max) · 2⁴⁴⌋ ≤ 2⁴⁴, so sums over a vocabulary of up to
-// 2²⁰ tokens are exact in 64 bits in any order: the kept set and the drawn token do not
-// depend on how a kernel splits its reductions.
+// Masses are integers, Q = ⌊exp(x − max) · 2⁴³⌋ ≤ 2⁴³, so sums over a vocabulary of up to
+// 2²⁰ tokens stay below 2⁶³ and are exact in any order: the kept set and the drawn token do
+// not depend on how a kernel splits its reductions.
 #pragma once
 
 #include <bit>
@@ -22,7 +22,7 @@
 
 namespace microllm::ops::sampling_math {
 
-inline constexpr float kMassScale = 0x1p44f;  // Q = ⌊e · 2⁴⁴⌋
+inline constexpr float kMassScale = 0x1p43f;  // Q = ⌊e · 2⁴³⌋
 inline constexpr int32_t kNoId = INT32_MAX;   // "no token yet" in the argmax
 
 MICROLLM_HOST_DEVICE inline float fma_rn(float a, float b, float c) {
