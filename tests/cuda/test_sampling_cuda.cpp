@@ -6,8 +6,10 @@
 // synchronization across calls after warm-up.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "cuda/cuda_test_utils.h"
@@ -192,4 +194,43 @@ TEST(SamplingCuda, NoAllocationOrTransferAfterWarmUp) {
   EXPECT_EQ(t.h2d_calls + t.d2h_calls + t.d2d_calls, 0);
   EXPECT_EQ(t.host_synchronizations, 0);
   EXPECT_EQ(ws.defined(), false);  // CUDA needs no sampling workspace
+}
+
+TEST(SamplingCuda, SeededDrawsDoNotDependOnTheBatch) {
+  MICROLLM_REQUIRE_CUDA();
+  // The request at row 0 of a batch of 1 and at row 5 of a batch of 8, on the device.
+  const Tensor mine = random_logits(1, kVocab, 8, 2.0);
+  std::vector<float> all = random_logits(8, kVocab, 9, 3.0).to_vector_f32();
+  const std::vector<float> row = row_of(mine, 0);
+  std::copy(row.begin(), row.end(), all.begin() + 5 * kVocab);
+  const Tensor batch = Tensor::from_vector(all, {8, kVocab}, DType::F32, kGpu);
+  const Tensor alone_logits = mine.to(kGpu);
+  std::vector<int64_t> alone, shared;
+  for (int64_t pos = 0; pos < 64; ++pos) {
+    const RowSpec r{0.9f, 50, 0.95f, 0.01f, 0x5eed, pos};
+    alone.push_back(draw(alone_logits, {r})[0]);
+    std::vector<RowSpec> rows;
+    for (int64_t b = 0; b < 8; ++b) rows.push_back(mixed_row(b, pos));
+    rows[5] = r;
+    shared.push_back(draw(batch, rows)[5]);
+  }
+  EXPECT_EQ(alone, shared);
+}
+
+TEST(SamplingCuda, RejectsOperandsOnAnotherDevice) {
+  MICROLLM_REQUIRE_CUDA();
+  const Tensor logits = random_logits(2, 10, 1).to(kGpu);
+  Tensor ids = Tensor::empty({2}, DType::I32, kGpu);
+  EXPECT_THROW(
+      {
+        try {
+          ops::sample(logits, make_params({{}, {}}, kCpu), ids, Tensor());
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("'temperature' must be on cuda:0"),
+                    std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      Error);
 }

@@ -44,10 +44,10 @@ ops::SamplingTensors load_params(const std::string& dir) {
 }
 
 void run_distribution(const std::string& dir, bool bf16) {
-  Tensor logits = load(dir, "logits");
+  Tensor logits = load(dir, "logits");  // (B, V)
   if (bf16) logits = logits.to(DType::BF16);
   const int64_t b = logits.size(0), v = logits.size(1);
-  Tensor scores = Tensor::empty({b, v}), probs = Tensor::empty({b, v});
+  Tensor scores = Tensor::empty({b, v}), probs = Tensor::empty({b, v});  // (B, V) each
   ops::sampling_distribution(logits, load_params(dir), scores, probs,
                              workspace(ops::sample_workspace_bytes(b, v, Device::cpu())));
   io::save_npy(dir + "/scores.npy", scores);
@@ -55,7 +55,7 @@ void run_distribution(const std::string& dir, bool bf16) {
 }
 
 void run_draws(const std::string& dir, int64_t count, int64_t seed) {
-  const Tensor one = load(dir, "logits");
+  const Tensor one = load(dir, "logits");  // (1, V)
   const int64_t v = one.size(1);
   const Tensor logits = one.expand({count, v}).contiguous();  // (COUNT, V)
   ops::SamplingTensors p = load_params(dir);
@@ -65,14 +65,14 @@ void run_draws(const std::string& dir, int64_t count, int64_t seed) {
   p.min_p = p.min_p.expand({count}).contiguous();
   p.seed = Tensor::full({count}, static_cast<double>(seed), DType::I64);
   p.position = Tensor::arange(count, DType::I64);
-  Tensor ids = Tensor::empty({count}, DType::I32);
+  Tensor ids = Tensor::empty({count}, DType::I32);  // (COUNT)
   ops::sample(logits, p, ids, workspace(ops::sample_workspace_bytes(count, v, Device::cpu())));
   io::save_npy(dir + "/ids.npy", ids);
 }
 
 void run_penalties(const std::string& dir) {
-  Tensor logits = load(dir, "logits").clone();
-  const Tensor history = load(dir, "history");
+  Tensor logits = load(dir, "logits").clone();  // (B, V)
+  const Tensor history = load(dir, "history");  // (B, L)
   const ops::PenaltyTensors p{load(dir, "repetition"), load(dir, "frequency"),
                               load(dir, "presence")};
   ops::apply_penalties(logits, history, load(dir, "prompt_lens"), p,
@@ -81,9 +81,9 @@ void run_penalties(const std::string& dir) {
 }
 
 void run_logprobs(const std::string& dir, int64_t n) {
-  const Tensor logits = load(dir, "logits");
+  const Tensor logits = load(dir, "logits");  // (B, V)
   const int64_t b = logits.size(0);
-  Tensor out = Tensor::empty({b});
+  Tensor out = Tensor::empty({b});  // (B)
   Tensor top_ids = Tensor::empty({b, n}, DType::I32), top_lp = Tensor::empty({b, n});
   ops::logprobs(logits, load(dir, "ids"), out, top_ids, top_lp);
   io::save_npy(dir + "/logprobs.npy", out);
