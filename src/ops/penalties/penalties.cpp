@@ -55,6 +55,9 @@ void apply_penalties(const Tensor& logits, const Tensor& history, const Tensor& 
                        workspace.is_contiguous() && workspace.nbytes() >= bytes,
                    op, "'workspace' must be a dense u8 tensor of at least ", bytes, " bytes on ",
                    device.str(), " (penalties_workspace_bytes), found ", workspace.describe());
+    MICROLLM_CHECK(reinterpret_cast<uintptr_t>(workspace.raw_data()) % 4 == 0, op,
+                   "'workspace' must start on a 4-byte boundary, found offset ",
+                   workspace.offset());
   }
   if (batch == 0 || length == 0 || vocab == 0) return;
   MICROLLM_KERNEL(device, apply_penalties, logits, history, prompt_lens, penalties, workspace);

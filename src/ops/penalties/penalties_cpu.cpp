@@ -2,6 +2,15 @@
 // into the workspace, std::sort, then one update per run of equal ids — each distinct id
 // once, its generated entries counted at the end of its run. References: transformers'
 // RepetitionPenaltyLogitsProcessor; vLLM's frequency / presence penalties (OpenAI's API).
+// Each floating-point step must round once, as the device's _rn intrinsics do
+// (penalty_math.h): no contraction into fused multiply-adds where the target has them
+// (aarch64, -march=native).
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include <algorithm>
 #include <bit>
 #include <cstdint>

@@ -1,6 +1,7 @@
 // The penalty arithmetic shared by the CPU and CUDA kernels of apply_penalties: the history
 // sort key and the update of one logit, each step one correctly rounded F32 operation (the
-// _rn intrinsics on the device, never contracted), so both devices give the same bits.
+// _rn intrinsics on the device, never contracted; penalties_cpu.cpp switches contraction
+// off), so both devices give the same bits.
 #pragma once
 
 #include <cstdint>

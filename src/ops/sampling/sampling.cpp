@@ -57,6 +57,8 @@ void check_workspace(const char* op, const Tensor& workspace, size_t bytes, Devi
                      workspace.is_contiguous() && workspace.nbytes() >= bytes,
                  op, "'workspace' must be a dense u8 tensor of at least ", bytes, " bytes on ",
                  device.str(), " (sample_workspace_bytes), found ", workspace.describe());
+  MICROLLM_CHECK(reinterpret_cast<uintptr_t>(workspace.raw_data()) % 8 == 0, op,
+                 "'workspace' must start on an 8-byte boundary, found offset ", workspace.offset());
 }
 
 void check_params(const char* op, const SamplingTensors& p, int64_t batch, Device device,

@@ -4,7 +4,16 @@
 // MinPLogitsWarper; exact semantics and tie rules in docs/sampling.md.
 //
 // Workspace per row (V entries each): x F32 (logit / temperature), order I32 (ids sorted by
-// x descending, lower id first on ties), mass U64 (⌊exp(x − max)·2⁴⁴⌋). Rows run in parallel.
+// x descending, lower id first on ties), mass U64 (⌊exp(x − max)·2⁴³⌋). Rows run in parallel.
+// Each floating-point step must round once, as the device's _rn intrinsics do
+// (sampling_math.h): no contraction into fused multiply-adds where the target has them
+// (aarch64, -march=native).
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
@@ -180,26 +189,6 @@ void sample_rows_cpu(const Tensor& logits, const SamplingTensors& params, const 
                out_scores.defined() ? out_scores.data<float>() + b * vocab : nullptr,
                out_probs.defined() ? out_probs.data<float>() + b * vocab : nullptr};
     sample_row(row, vocab, p, x_all + b * vocab, order_all + b * vocab, mass_all + b * vocab, out);
-  }
-}
-
-void counter_random_cpu(const Tensor& seeds, const Tensor& positions, const Tensor& out) {
-  const int64_t batch = out.size(0), lanes = out.size(1);
-  for (int64_t b = 0; b < batch; ++b) {
-    const uint64_t seed = static_cast<uint64_t>(seeds.data<int64_t>()[b]);
-    const uint64_t position = positions.dtype() == DType::I64
-                                  ? static_cast<uint64_t>(positions.data<int64_t>()[b])
-                                  : static_cast<uint64_t>(int64_t{positions.data<int32_t>()[b]});
-    for (int64_t v = 0; v < lanes; ++v) {
-      const uint64_t lane = static_cast<uint64_t>(v);
-      const int64_t at = b * lanes + v;
-      if (out.dtype() == DType::I64)
-        out.data<int64_t>()[at] = static_cast<int64_t>(counter_u64(seed, position, lane));
-      else if (out.dtype() == DType::F32)
-        out.data<float>()[at] = counter_uniform_f32(seed, position, lane);
-      else
-        out.data<double>()[at] = counter_uniform_f64(seed, position, lane);
-    }
   }
 }
 

@@ -4,13 +4,13 @@
 //
 // Every floating-point step is one correctly rounded IEEE operation: on the device through
 // the _rn intrinsics, which nvcc never contracts into fused multiply-adds; fused steps are
-// explicit fmas on both sides (std::fma on the host). Host code of the library is built
-// without FMA contraction (x86-64 baseline, no -march flags), so its plain `*` and `+`
-// round once each, as the device intrinsics do.
+// explicit fmas on both sides (std::fma on the host). The CPU files that include this
+// header switch contraction off (#pragma), so their plain `*` and `-` round once each too,
+// on targets with FMA instructions as well (aarch64, -march=native).
 //
-// Masses are integers, Q = ⌊exp(x − max) · 2⁴⁴⌋ ≤ 2⁴⁴, so sums over a vocabulary of up to
-// 2²⁰ tokens are exact in 64 bits in any order: the kept set and the drawn token do not
-// depend on how a kernel splits its reductions.
+// Masses are integers, Q = ⌊exp(x − max) · 2⁴³⌋ ≤ 2⁴³, so sums over a vocabulary of up to
+// 2²⁰ tokens stay below 2⁶³ and are exact in any order: the kept set and the drawn token do
+// not depend on how a kernel splits its reductions.
 #pragma once
 
 #include <bit>
@@ -22,7 +22,7 @@
 
 namespace microllm::ops::sampling_math {
 
-inline constexpr float kMassScale = 0x1p44f;  // Q = ⌊e · 2⁴⁴⌋
+inline constexpr float kMassScale = 0x1p43f;  // Q = ⌊e · 2⁴³⌋
 inline constexpr int32_t kNoId = INT32_MAX;   // "no token yet" in the argmax
 
 MICROLLM_HOST_DEVICE inline float fma_rn(float a, float b, float c) {
@@ -96,16 +96,17 @@ MICROLLM_HOST_DEVICE inline float scaled_logit(float logit, float temperature) {
   return x == 0.0f ? 0.0f : x;
 }
 
-// exp(d) for d ≤ 0 within 2 ulp, the same bits on host and device; 0 below −87 (where exp
-// leaves the normal range), for −∞ and for NaN. d = k·ln2 + r with k = round(d·log2 e),
-// r reduced in two steps (ln2 split into a head with trailing zero bits and a tail), then
-// the degree-7 Taylor polynomial of exp(r) (|r| ≤ 0.35: truncation below 0.1 ulp) times 2^k.
+// exp(d) for d ≤ 0 within 2 ulp, the same bits on host and device; 0 below −86.5 (so every
+// nonzero result is a normal number: flushing subnormals cannot change it), for −∞ and NaN.
+// d = k·ln2 + r with k = round(d·log2 e), r reduced in two steps (ln2 split into a head with
+// trailing zero bits and a tail), then the degree-7 Taylor polynomial of exp(r) (|r| ≤ 0.35:
+// truncation below 0.1 ulp) times 2^k.
 MICROLLM_HOST_DEVICE inline float exp_nonpositive(float d) {
-  if (!(d >= -87.0f)) return 0.0f;
+  if (!(d >= -86.5f)) return 0.0f;
   constexpr float kLog2e = 1.44269504f;
   constexpr float kLn2Head = 0x1.62e400p-1f;         // 0.693145751953125, 8 trailing zero bits
   constexpr float kLn2Tail = 0x1.7f7d1cp-20f;        // ln 2 − head
-  const float k = round_to_even(mul_rn(d, kLog2e));  // in [−126, 0]
+  const float k = round_to_even(mul_rn(d, kLog2e));  // in [−125, 0]
   float r = fma_rn(k, -kLn2Head, d);
   r = fma_rn(k, -kLn2Tail, r);
   float p = 1.0f / 5040.0f;

@@ -1,0 +1,236 @@
+// CUDA sampling operators against the CPU reference: the same greedy and seeded ids, the same
+// kept sets and probabilities bit for bit (both run sampling_math.h on integer masses), for
+// F32 logits and for BF16 logits (the CPU reading the same BF16 values); tie-heavy rows at
+// the top-k and top-p boundaries; a real vocabulary (151,936) at B = 1, 8 and 64 and odd
+// vocabularies; logprobs within 1e-5 with the same top ids; and no allocation, copy or
+// synchronization across calls after warm-up.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_test_utils.h"
+#include "microllm/cuda/allocator.h"
+#include "microllm/cuda/runtime.h"
+#include "microllm/ops/penalties.h"
+#include "microllm/ops/sampling.h"
+#include "ops/sampling/sampling_test_util.h"
+
+using namespace microllm;
+using namespace microllm::testing::sampling;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+const Device kCpu = Device::cpu();
+constexpr int64_t kVocab = 151936;
+
+// A mix of every filter, greedy rows and ties, for row b.
+RowSpec mixed_row(int64_t b, int64_t position) {
+  static const RowSpec kinds[] = {
+      {1.0f},
+      {0.0f},
+      {0.7f, 50},
+      {1.0f, 0, 0.9f},
+      {1.2f, 0, 1.0f, 0.05f},
+      {0.8f, 40, 0.95f, 0.02f},
+      {1.0f, 1},
+      {1.5f, 0, 1e-3f},
+      {0.6f, 1000, 0.5f, 0.0f},
+      {2.0f, 3, 1.0f, 0.5f},
+      {1.0f, 0, 0.999f},
+      {0.9f, 7, 0.3f, 0.1f},
+  };
+  RowSpec r = kinds[b % 12];
+  r.seed = 1000003 * b + 17;
+  r.position = position + b;
+  return r;
+}
+
+// (B, V) logits; `ties` rounds them to multiples of 0.25 so equal values meet every boundary.
+Tensor test_logits(int64_t batch, int64_t vocab, uint64_t seed, bool ties) {
+  Tensor logits = random_logits(batch, vocab, seed, 3.0);
+  if (!ties) return logits;
+  std::vector<float> v = logits.to_vector_f32();
+  for (float& x : v) x = std::round(x * 4.0f) / 4.0f;
+  return Tensor::from_vector(v, {batch, vocab});
+}
+
+struct Outputs {
+  std::vector<int64_t> ids;
+  std::vector<float> scores, probs;
+};
+
+Outputs run(const Tensor& logits, const std::vector<RowSpec>& rows, Device device) {
+  const Tensor on = logits.to(device);
+  const int64_t b = logits.size(0), v = logits.size(1);
+  const ops::SamplingTensors p = make_params(rows, device);
+  const Tensor ws = workspace_for(b, v, device);
+  Tensor ids = Tensor::empty({b}, DType::I32, device);
+  Tensor scores = Tensor::empty({b, v}, DType::F32, device);
+  Tensor probs = Tensor::empty({b, v}, DType::F32, device);
+  ops::sample(on, p, ids, ws);
+  ops::sampling_distribution(on, p, scores, probs, ws);
+  return {ids.to_vector_i64(), scores.to_vector_f32(), probs.to_vector_f32()};
+}
+
+int64_t count_differences(const std::vector<float>& a, const std::vector<float>& b) {
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    n += !(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])));
+  return n;
+}
+
+void expect_cuda_equals_cpu(int64_t batch, int64_t vocab, bool ties, DType dtype, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message()
+               << "B " << batch << " V " << vocab << " ties " << ties << " " << dtype_name(dtype));
+  const Tensor logits = test_logits(batch, vocab, seed, ties).to(dtype);
+  std::vector<RowSpec> rows;
+  for (int64_t b = 0; b < batch; ++b) rows.push_back(mixed_row(b, 40 * static_cast<int64_t>(seed)));
+  const Outputs cpu = run(logits, rows, kCpu), gpu = run(logits, rows, kGpu);
+  EXPECT_EQ(gpu.ids, cpu.ids);
+  EXPECT_EQ(count_differences(gpu.scores, cpu.scores), 0);
+  EXPECT_EQ(count_differences(gpu.probs, cpu.probs), 0);
+}
+
+}  // namespace
+
+TEST(SamplingCuda, EqualsCpuOnARealVocabulary) {
+  MICROLLM_REQUIRE_CUDA();
+  for (int64_t batch : {1, 8, 64})
+    for (DType dtype : {DType::F32, DType::BF16})
+      expect_cuda_equals_cpu(batch, kVocab, false, dtype, 3 + batch);
+  expect_cuda_equals_cpu(24, kVocab, true, DType::F32, 5);
+}
+
+TEST(SamplingCuda, EqualsCpuOnOddVocabulariesAndTies) {
+  MICROLLM_REQUIRE_CUDA();
+  for (int64_t vocab : {1, 2, 5, 33, 1000, 4095, 4097, 50001})
+    for (bool ties : {false, true}) expect_cuda_equals_cpu(13, vocab, ties, DType::F32, vocab);
+  expect_cuda_equals_cpu(12, 4097, true, DType::BF16, 9);
+}
+
+TEST(SamplingCuda, SeededDrawsAgreeOverManyPositions) {
+  MICROLLM_REQUIRE_CUDA();
+  // One request, 512 positions in one batch, on both devices.
+  const int64_t batch = 512, vocab = 8000;
+  const Tensor one = random_logits(1, vocab, 12, 2.0);
+  const Tensor logits = one.expand({batch, vocab}).contiguous();
+  for (const RowSpec& shape :
+       {RowSpec{1.0f}, RowSpec{0.8f, 20, 0.9f}, RowSpec{1.0f, 0, 1.0f, 0.01f}}) {
+    std::vector<RowSpec> rows(batch, shape);
+    for (int64_t i = 0; i < batch; ++i) rows[i].seed = 77, rows[i].position = i;
+    EXPECT_EQ(draw(logits.to(kGpu), rows), draw(logits, rows));
+  }
+}
+
+TEST(SamplingCuda, LogprobsMatchCpu) {
+  MICROLLM_REQUIRE_CUDA();
+  for (int64_t vocab : {int64_t{7}, int64_t{4097}, kVocab})
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      const int64_t batch = 9, n = std::min<int64_t>(20, vocab);
+      const Tensor logits = test_logits(batch, vocab, 40 + vocab, vocab == 4097).to(dtype);
+      std::vector<int64_t> idv;
+      for (int64_t b = 0; b < batch; ++b) idv.push_back((b * 7919) % vocab);
+      idv[1] = -1;  // outside [0, V): NaN on both
+      auto run_lp = [&](Device d) {
+        Tensor ids = Tensor::from_vector(idv, {batch}, DType::I32, d);
+        Tensor out = Tensor::empty({batch}, DType::F32, d);
+        Tensor top_ids = Tensor::empty({batch, n}, DType::I32, d);
+        Tensor top_lp = Tensor::empty({batch, n}, DType::F32, d);
+        ops::logprobs(logits.to(d), ids, out, top_ids, top_lp);
+        return std::make_tuple(out.to(kCpu), top_ids.to_vector_i64(), top_lp.to(kCpu));
+      };
+      const auto [cpu_lp, cpu_ids, cpu_top] = run_lp(kCpu);
+      const auto [gpu_lp, gpu_ids, gpu_top] = run_lp(kGpu);
+      EXPECT_LE(microllm::testing::tolerance_ratio(gpu_lp, cpu_lp, 1e-5, 0.0), 1.0)
+          << "V " << vocab << " " << dtype_name(dtype);
+      EXPECT_LE(microllm::testing::tolerance_ratio(gpu_top, cpu_top, 1e-5, 0.0), 1.0);
+      EXPECT_EQ(gpu_ids, cpu_ids);
+    }
+}
+
+TEST(SamplingCuda, NoAllocationOrTransferAfterWarmUp) {
+  MICROLLM_REQUIRE_CUDA();
+  const int64_t batch = 64, length = 300;
+  const Tensor logits = test_logits(batch, kVocab, 3, false).to(kGpu);
+  std::vector<RowSpec> rows;
+  for (int64_t b = 0; b < batch; ++b) rows.push_back(mixed_row(b, 0));
+  const ops::SamplingTensors p = make_params(rows, kGpu);
+  const Tensor ws = workspace_for(batch, kVocab, kGpu);
+  Tensor work = Tensor::empty({batch, kVocab}, DType::F32, kGpu);
+  Tensor ids = Tensor::empty({batch}, DType::I32, kGpu);
+  Tensor scores = Tensor::empty({batch, kVocab}, DType::F32, kGpu);
+  Tensor probs = Tensor::empty({batch, kVocab}, DType::F32, kGpu);
+  Tensor lp = Tensor::empty({batch}, DType::F32, kGpu);
+  Tensor top_ids = Tensor::empty({batch, 20}, DType::I32, kGpu);
+  Tensor top_lp = Tensor::empty({batch, 20}, DType::F32, kGpu);
+  Tensor history = Tensor::zeros({batch, length}, DType::I32, kGpu);
+  Tensor prompt_lens = Tensor::full({batch}, 100, DType::I32, kGpu);
+  ops::PenaltyTensors pen{Tensor::full({batch}, 1.2, DType::F32, kGpu),
+                          Tensor::full({batch}, 0.5, DType::F32, kGpu),
+                          Tensor::full({batch}, 0.5, DType::F32, kGpu)};
+  Tensor pen_ws = Tensor::empty(
+      {static_cast<int64_t>(ops::penalties_workspace_bytes(batch, length))}, DType::U8, kGpu);
+  auto sample_step = [&] {
+    ops::apply_penalties(work, history, prompt_lens, pen, pen_ws);
+    ops::sample(work, p, ids, ws);
+    ops::sampling_distribution(work, p, scores, probs, ws);
+    ops::logprobs(logits, ids, lp, top_ids, top_lp);
+  };
+  work.copy_from(logits);
+  sample_step();  // warm-up
+  cuda::synchronize(cuda::current_stream(kGpu));
+  const cuda::AllocatorStats before = cuda::allocator_stats(kGpu);
+  cuda::reset_transfer_stats();
+  for (int i = 0; i < 3; ++i) sample_step();
+  const cuda::TransferStats t = cuda::transfer_stats();
+  const cuda::AllocatorStats after = cuda::allocator_stats(kGpu);
+  EXPECT_EQ(after.allocations, before.allocations);
+  EXPECT_EQ(after.backend_mallocs, before.backend_mallocs);
+  EXPECT_EQ(t.h2d_calls + t.d2h_calls + t.d2d_calls, 0);
+  EXPECT_EQ(t.host_synchronizations, 0);
+  EXPECT_EQ(ws.defined(), false);  // CUDA needs no sampling workspace
+}
+
+TEST(SamplingCuda, SeededDrawsDoNotDependOnTheBatch) {
+  MICROLLM_REQUIRE_CUDA();
+  // The request at row 0 of a batch of 1 and at row 5 of a batch of 8, on the device.
+  const Tensor mine = random_logits(1, kVocab, 8, 2.0);
+  std::vector<float> all = random_logits(8, kVocab, 9, 3.0).to_vector_f32();
+  const std::vector<float> row = row_of(mine, 0);
+  std::copy(row.begin(), row.end(), all.begin() + 5 * kVocab);
+  const Tensor batch = Tensor::from_vector(all, {8, kVocab}, DType::F32, kGpu);
+  const Tensor alone_logits = mine.to(kGpu);
+  std::vector<int64_t> alone, shared;
+  for (int64_t pos = 0; pos < 64; ++pos) {
+    const RowSpec r{0.9f, 50, 0.95f, 0.01f, 0x5eed, pos};
+    alone.push_back(draw(alone_logits, {r})[0]);
+    std::vector<RowSpec> rows;
+    for (int64_t b = 0; b < 8; ++b) rows.push_back(mixed_row(b, pos));
+    rows[5] = r;
+    shared.push_back(draw(batch, rows)[5]);
+  }
+  EXPECT_EQ(alone, shared);
+}
+
+TEST(SamplingCuda, RejectsOperandsOnAnotherDevice) {
+  MICROLLM_REQUIRE_CUDA();
+  const Tensor logits = random_logits(2, 10, 1).to(kGpu);
+  Tensor ids = Tensor::empty({2}, DType::I32, kGpu);
+  EXPECT_THROW(
+      {
+        try {
+          ops::sample(logits, make_params({{}, {}}, kCpu), ids, Tensor());
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("'temperature' must be on cuda:0"),
+                    std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      Error);
+}
