@@ -44,6 +44,8 @@ void add_generation_options(CLI::App& cmd, GenerationFlags& f) {
       ->capture_default_str();
   cmd.add_option("--seed", f.seed, "per-request sampling seed")->capture_default_str();
   cmd.add_option("--stop", f.stop, "stop string (repeatable); not included in the output");
+  cmd.add_option("--stop-token-id", f.stop_token_ids,
+                 "stop after generating this token id (repeatable; kept in the output ids)");
   cmd.add_option("--logprobs", f.logprobs, "also report the top N logprobs per token (N ≤ 20)");
   cmd.add_option("--device", f.device, "cpu or cuda[:N]")->capture_default_str();
   cmd.add_option("--dtype", f.dtype, "compute dtype: f32 or bf16")
@@ -96,6 +98,7 @@ infer::SamplingParams sampling_params(const GenerationFlags& f, const Generation
   p.seed = f.seed;
   if (f.max_new_tokens) p.max_new_tokens = *f.max_new_tokens;
   p.logprobs = static_cast<int32_t>(f.logprobs);
+  p.stop_token_ids = f.stop_token_ids;
   infer::validate(p);
   return p;
 }

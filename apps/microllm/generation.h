@@ -37,6 +37,7 @@ struct GenerationFlags {
   double frequency_penalty = 0.0, presence_penalty = 0.0;
   uint64_t seed = 0;
   std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
   int64_t logprobs = -1;
 };
 

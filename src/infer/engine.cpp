@@ -14,6 +14,7 @@
 #if MICROLLM_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include "microllm/cuda/check.h"
 #include "microllm/cuda/pinned.h"
 #include "microllm/cuda/runtime.h"
 #endif

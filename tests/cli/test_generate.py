@@ -184,6 +184,10 @@ def test_eos_stops_and_is_returned(tmp_path):
     prompt = [3, 1, 4, 1, 5]
     ref, _, _ = reference_greedy(cfg, params, prompt, 12)
     eos = ref[4]  # the fifth greedy token becomes the EOS: generation ends there, EOS included
+    first = ref.index(eos)
+    r = generate_json(tmp_path / "m", "--prompt-ids", json.dumps(prompt), "--max-new-tokens", 12,
+                      "--temperature", 0, "--stop-token-id", eos)[0]
+    assert r["ids"] == ref[:first + 1] and r["finish_reason"] == "stop"
     cfg, params = make_model(tmp_path / "m", "llama", seed=5, eos=eos)
     r = generate_json(tmp_path / "m", "--prompt-ids", json.dumps(prompt), "--max-new-tokens", 12,
                       "--temperature", 0)[0]

@@ -23,7 +23,7 @@
 // already contains config.json's (Qwen2.5 / Qwen3 instruct: [151645, 151643] ⊇ 151645;
 // Llama 3.x instruct: the same list in both), so the union is transformers' list; where a
 // file lacks config.json's id, stopping on it too is the safer choice (vLLM also adds the
-// tokenizer's EOS). docs/inference-host.md, "Stopping".
+// tokenizer's EOS). docs/inference.md, "Stopping".
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
