@@ -65,9 +65,9 @@ class CpuBackend final : public DeviceBackend {
   void fill(const Tensor& dst, double value) override {
     void* base = dst.raw_data();
     const DType dt = dst.dtype();
-    strided_loop<1>(dst.shape(), {dst.strides()}, [&](int64_t, const std::array<int64_t, 1>& o) {
-      store_element(base, o[0], dt, value);
-    });
+    strided_loop<1>(
+        dst.shape(), {dst.strides().data()},
+        [&](int64_t, const std::array<int64_t, 1>& o) { store_element(base, o[0], dt, value); });
   }
 };
 
@@ -75,7 +75,7 @@ void CpuBackend::copy_tensor(const Tensor& dst, const Tensor& src) {
   const DType dt = dst.dtype(), st = src.dtype();
   void* dst_base = dst.raw_data();
   const void* src_base = src.raw_data();
-  const std::array<Strides, 2> strides{dst.strides(), src.strides()};
+  const std::array<const int64_t*, 2> strides{dst.strides().data(), src.strides().data()};
   if (dt == st && dst.is_contiguous() && src.is_contiguous()) {
     std::memcpy(dst_base, src_base, dst.nbytes());
   } else if (dt == st) {

@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "microllm/core/error.h"
 #include "microllm/core/tensor.h"
@@ -90,6 +91,93 @@ decltype(auto) dispatch_float(DType dtype, Fn&& fn) {
 // Messages read "<what> <id> at <where> <i> is outside [0, limit) (<ids>, <context>)".
 int64_t check_index_range(const char* op, const Tensor& ids, int64_t limit, const char* what,
                           const char* where, const Tensor& context, int64_t skip = INT64_MIN);
+
+// ---- the allocation-free `_out` forms ---------------------------------------------------
+// These checks build no string (or anything else on the heap) unless they fail.
+
+// A dense (row-major contiguous) operand.
+inline void check_dense(const char* op, const Tensor& t, const char* name) {
+  MICROLLM_CHECK(t.is_contiguous(), op, "argument '", name, "' must be dense (contiguous), found ",
+                 t.describe(), " with strides ", shape_str(t.strides()));
+}
+
+// The dtypes an `_out` form computes in: f32 or f64 on the CPU (no widening: the autograd
+// operator widens bf16 and f16 to f32), f32, bf16 or f16 on CUDA.
+inline void check_out_dtype(const char* op, const Tensor& t, const char* name) {
+  check_defined(op, t, name);
+  if (t.is_cuda())
+    MICROLLM_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16,
+                   op, "argument '", name, "' must be f32, bf16 or f16 on CUDA, found ",
+                   t.describe());
+  else
+    MICROLLM_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64, op, "argument '", name,
+                   "' must be f32 or f64 on the CPU (", op,
+                   " widens bf16 and f16; its _out form does not), found ", t.describe());
+}
+
+// `out` is preallocated: defined, dense, of `like`'s dtype and device; the shape is checked
+// by the caller.
+inline void check_out_tensor(const char* op, const Tensor& out, const char* name,
+                             const Tensor& like, const char* like_name) {
+  check_defined(op, out, name);
+  MICROLLM_CHECK(out.dtype() == like.dtype() && out.device() == like.device(), op, "'", name, "' ",
+                 out.describe(), " must have the dtype and device of '", like_name, "' ",
+                 like.describe());
+  check_dense(op, out, name);
+}
+
+// `out` has exactly `like`'s shape.
+inline void check_out_shape(const char* op, const Tensor& out, const char* name, const Tensor& like,
+                            const char* like_name) {
+  MICROLLM_CHECK(out.shape() == like.shape(), op, "'", name, "' ", out.describe(),
+                 " must have the shape of '", like_name, "' ", like.describe());
+}
+
+// `out` has the first `rank` sizes of `prefix` followed by `last`: (prefix[:rank]..., last).
+inline void check_out_shape(const char* op, const Tensor& out, const char* name,
+                            const Tensor& prefix, int64_t rank, int64_t last) {
+  bool ok = out.dim() == rank + 1 && out.size(-1) == last;
+  for (int64_t d = 0; ok && d < rank; ++d) ok = out.size(d) == prefix.size(d);
+  MICROLLM_CHECK(ok, op, "'", name, "' ", out.describe(), " must have shape ", shape_str([&] {
+                   Shape shape(prefix.shape().begin(), prefix.shape().begin() + rank);
+                   shape.push_back(last);
+                   return shape;
+                 }()));
+}
+
+// The bytes [first, end) of its storage that a view can reach; empty for no elements.
+inline std::pair<int64_t, int64_t> reach(const Tensor& t) {
+  if (t.numel() == 0) return {0, 0};
+  int64_t last = t.offset();
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.shape()[d] - 1) * t.strides()[d];
+  const auto width = static_cast<int64_t>(dtype_size(t.dtype()));
+  return {t.offset() * width, (last + 1) * width};
+}
+
+// True when a and b may share an element (same storage, intersecting reach).
+inline bool overlaps(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined() || a.storage() != b.storage()) return false;
+  const auto [a0, a1] = reach(a);
+  const auto [b0, b1] = reach(b);
+  return a0 < b1 && b0 < a1;
+}
+
+// `out` and `in` share no element.
+inline void check_apart(const char* op, const Tensor& out, const char* out_name, const Tensor& in,
+                        const char* in_name) {
+  MICROLLM_CHECK(!overlaps(out, in), op, "'", out_name, "' ", out.describe(), " overlaps '",
+                 in_name, "' ", in.describe(), "; it must be separate memory");
+}
+
+// `out` either shares no element with `in` or is the same dense memory (in place).
+inline void check_apart_or_same(const char* op, const Tensor& out, const char* out_name,
+                                const Tensor& in, const char* in_name) {
+  const bool same = out.storage() == in.storage() && out.offset() == in.offset() &&
+                    out.dtype() == in.dtype() && out.shape() == in.shape() && in.is_contiguous();
+  MICROLLM_CHECK(same || !overlaps(out, in), op, "'", out_name, "' ", out.describe(),
+                 " partly overlaps '", in_name, "' ", in.describe(),
+                 "; it must be the same memory (in place) or separate memory");
+}
 
 // Integer ids of any index dtype, as int64, on the host.
 inline int64_t load_index(const Tensor& dense_index, int64_t i) {

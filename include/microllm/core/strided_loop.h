@@ -15,9 +15,11 @@ namespace microllm {
 
 constexpr int64_t kMaxStridedRank = 16;
 
-// fn(int64_t linear_index, const std::array<int64_t, N>& offsets)
+// fn(int64_t linear_index, const std::array<int64_t, N>& offsets). strides[t] points at the
+// shape.size() strides of tensor t (Tensor::strides().data()): passing pointers copies no
+// vector, so the loop makes no heap allocation.
 template <size_t N, class Fn>
-void strided_loop(const Shape& shape, const std::array<Strides, N>& strides, Fn fn) {
+void strided_loop(const Shape& shape, const std::array<const int64_t*, N>& strides, Fn fn) {
   const int64_t rank = static_cast<int64_t>(shape.size());
   MICROLLM_CHECK(rank <= kMaxStridedRank, "strided_loop", "rank ", rank, " is above the supported ",
                  kMaxStridedRank, " for shape ", shape_str(shape));
@@ -50,6 +52,14 @@ void strided_loop(const Shape& shape, const std::array<Strides, N>& strides, Fn 
       }
     }
   }
+}
+
+// The same loop over stride vectors (each of shape.size() entries).
+template <size_t N, class Fn>
+void strided_loop(const Shape& shape, const std::array<Strides, N>& strides, Fn fn) {
+  std::array<const int64_t*, N> pointers{};
+  for (size_t t = 0; t < N; ++t) pointers[t] = strides[t].data();
+  strided_loop<N>(shape, pointers, fn);
 }
 
 }  // namespace microllm

@@ -9,4 +9,11 @@ Tensor silu(const Tensor& x);
 // gate, up (..., F) of the same shape → (..., F)
 Tensor swiglu(const Tensor& gate, const Tensor& up);
 
+// Allocation-free forms: the same kernels and values as silu / swiglu, written into a
+// preallocated dense `out` of the input's shape, dtype and device; no autograd. Inputs are
+// dense, f32 or f64 on the CPU (no bf16/f16 widening), f32, bf16 or f16 on CUDA. out may be
+// an input itself (in place); any other overlap is an Error.
+void silu_out(const Tensor& x, const Tensor& out);
+void swiglu_out(const Tensor& gate, const Tensor& up, const Tensor& out);
+
 }  // namespace microllm::ops

@@ -9,6 +9,11 @@
 namespace microllm::ops {
 
 Tensor add(const Tensor& a, const Tensor& b);
+// out = a + b without allocating or recording autograd: a, b of one shape (no broadcasting,
+// any strides), out preallocated dense with that shape, all of one dtype and device (f32 or
+// f64 on the CPU; f32, bf16 or f16 on CUDA). out may be a or b itself (in place) when that
+// operand is dense; any other overlap is an Error. Same values as add.
+void add_out(const Tensor& a, const Tensor& b, const Tensor& out);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);

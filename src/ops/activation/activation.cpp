@@ -1,4 +1,5 @@
-// silu and swiglu: validation, dispatch and backward.
+// silu and swiglu: validation, dispatch and backward; silu_out / swiglu_out, their
+// allocation-free forms, run the same kernels (the operators call them).
 #include "microllm/ops/activation.h"
 
 #include "../common.h"
@@ -7,11 +8,38 @@
 
 namespace microllm::ops {
 
+void silu_out(const Tensor& x, const Tensor& out) {
+  const char* op = "silu_out";
+  detail::check_out_dtype(op, x, "x");
+  detail::check_dense(op, x, "x");
+  detail::check_out_tensor(op, out, "out", x, "x");
+  detail::check_out_shape(op, out, "out", x, "x");
+  detail::check_apart_or_same(op, out, "out", x, "x");
+  MICROLLM_KERNEL(x.device(), silu_forward, x, out);
+}
+
+void swiglu_out(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  const char* op = "swiglu_out";
+  detail::check_out_dtype(op, gate, "gate");
+  detail::check_floating(op, up, "up");
+  detail::check_same_dtype(op, gate, "gate", up, "up");
+  detail::check_same_device(op, gate, "gate", up, "up");
+  MICROLLM_CHECK(gate.shape() == up.shape(), op, "gate ", gate.describe(), " and up ",
+                 up.describe(), " differ in shape");
+  detail::check_dense(op, gate, "gate");
+  detail::check_dense(op, up, "up");
+  detail::check_out_tensor(op, out, "out", gate, "gate");
+  detail::check_out_shape(op, out, "out", gate, "gate");
+  detail::check_apart_or_same(op, out, "out", gate, "gate");
+  detail::check_apart_or_same(op, out, "out", up, "up");
+  MICROLLM_KERNEL(gate.device(), swiglu_forward, gate, up, out);
+}
+
 Tensor silu(const Tensor& x) {
   detail::check_floating("silu", x, "x");
   const Tensor xc = detail::compute_operand(x.detach());
   Tensor y = Tensor::empty(xc.shape(), xc.dtype(), x.device());
-  MICROLLM_KERNEL(x.device(), silu_forward, xc, y);
+  silu_out(xc, y);
   Tensor out = y.to(x.dtype());
   autograd::record("silu", {x}, {&out}, [xc, dtype = x.dtype()](const std::vector<Tensor>& g) {
     const Tensor dy = detail::compute_operand(g[0].to(xc.dtype()));
@@ -32,7 +60,7 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   const Tensor gc = detail::compute_operand(gate.detach());
   const Tensor uc = detail::compute_operand(up.detach());
   Tensor y = Tensor::empty(gc.shape(), gc.dtype(), gate.device());
-  MICROLLM_KERNEL(gate.device(), swiglu_forward, gc, uc, y);
+  swiglu_out(gc, uc, y);
   Tensor out = y.to(gate.dtype());
   autograd::record("swiglu", {gate, up}, {&out},
                    [gc, uc, dtype = gate.dtype()](const std::vector<Tensor>& g) {

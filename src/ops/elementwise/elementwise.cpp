@@ -1,4 +1,4 @@
-// Elementwise operators: validation, dispatch and backward.
+// Elementwise operators: validation, dispatch and backward; add_out, the allocation-free add.
 #include "microllm/ops/elementwise.h"
 
 #include "../common.h"
@@ -78,6 +78,23 @@ Tensor add(const Tensor& a, const Tensor& b) {
                      return std::vector<Tensor>{sum_to_shape(g[0], sa), sum_to_shape(g[0], sb)};
                    });
   return out;
+}
+
+void add_out(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const char* op = "add_out";
+  detail::check_floating(op, a, "a");
+  detail::check_floating(op, b, "b");
+  detail::check_same_dtype(op, a, "a", b, "b");
+  detail::check_same_device(op, a, "a", b, "b");
+  detail::check_out_dtype(op, a, "a");
+  MICROLLM_CHECK(a.shape() == b.shape(), op, "a ", a.describe(), " and b ", b.describe(),
+                 " must have the same shape (add_out does not broadcast)");
+  detail::check_out_tensor(op, out, "out", a, "a");
+  detail::check_out_shape(op, out, "out", a, "a");
+  detail::check_apart_or_same(op, out, "out", a, "a");
+  detail::check_apart_or_same(op, out, "out", b, "b");
+  // add's kernel; it reads a and b through their strides.
+  MICROLLM_KERNEL(a.device(), binary_forward, BinaryOp::Add, a, b, out);
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {

@@ -53,7 +53,7 @@ void binary_forward_cpu(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
     const T* pa = a.data<T>();
     const T* pb = b.data<T>();
     T* po = out.data<T>();
-    strided_loop<2>(out.shape(), {a.strides(), b.strides()},
+    strided_loop<2>(out.shape(), {a.strides().data(), b.strides().data()},
                     [&](int64_t i, const std::array<int64_t, 2>& o) {
                       po[i] = apply_binary<T>(op, pa[o[0]], pb[o[1]]);
                     });
@@ -66,9 +66,10 @@ void unary_forward_cpu(UnaryOp op, double param, const Tensor& x, const Tensor& 
     const T* px = x.data<T>();
     T* po = out.data<T>();
     const T p = static_cast<T>(param);
-    strided_loop<1>(out.shape(), {x.strides()}, [&](int64_t i, const std::array<int64_t, 1>& o) {
-      po[i] = apply_unary<T>(op, p, px[o[0]]);
-    });
+    strided_loop<1>(out.shape(), {x.strides().data()},
+                    [&](int64_t i, const std::array<int64_t, 1>& o) {
+                      po[i] = apply_unary<T>(op, p, px[o[0]]);
+                    });
   });
 }
 

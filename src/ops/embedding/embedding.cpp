@@ -1,4 +1,5 @@
-// embedding: validation (every id in range), dispatch and the scatter-add backward.
+// embedding: validation (every id in range), dispatch and the scatter-add backward;
+// embedding_out, the allocation-free form, runs the same forward kernel.
 #include "microllm/ops/embedding.h"
 
 #include "../common.h"
@@ -6,6 +7,25 @@
 #include "microllm/autograd/node.h"
 
 namespace microllm::ops {
+
+void embedding_out(const Tensor& weight, const Tensor& ids, const Tensor& out) {
+  const char* op = "embedding_out";
+  detail::check_floating(op, weight, "weight");
+  detail::check_index(op, ids, "ids");
+  detail::check_same_device(op, weight, "weight", ids, "ids");
+  detail::check_rank(op, weight, "weight", 2);
+  detail::check_dense(op, weight, "weight");
+  detail::check_dense(op, ids, "ids");
+  detail::check_out_tensor(op, out, "out", weight, "weight");
+  detail::check_out_shape(op, out, "out", ids, ids.dim(), weight.size(1));
+  detail::check_apart(op, out, "out", weight, "weight");
+  detail::check_apart(op, out, "out", ids, "ids");
+  // Host ids are checked here; CUDA ids are not read back (callers validate them where they
+  // enter, e.g. the token files and the server's requests).
+  if (ids.is_cpu())
+    detail::check_index_range(op, ids, weight.size(0), "id", "flat position", weight);
+  MICROLLM_KERNEL(weight.device(), embedding_forward, weight, ids, out);
+}
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   detail::check_floating("embedding", weight, "weight");

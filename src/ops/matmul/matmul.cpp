@@ -1,10 +1,12 @@
-// matmul / linear: validation, dispatch and backward; matmul_naive, the loop reference.
+// matmul / linear: validation, dispatch and backward; linear_out, the allocation-free linear
+// on the same GEMM and bias kernels; matmul_naive, the loop reference.
 #include "microllm/ops/matmul.h"
 
 #include "../common.h"
 #include "matmul_kernels.h"
 #include "microllm/autograd/node.h"
 #include "microllm/ops/elementwise.h"
+#include "microllm/ops/gemm_mode.h"
 #include "microllm/ops/reduce.h"
 
 namespace microllm::ops {
@@ -67,8 +69,25 @@ Tensor gemm_forward(const MatmulShape& s, const Tensor& a, const Tensor& b, cons
     out.fill(0.0);
   else if (out.numel() > 0)
     gemm_cpu(p, aw, bw, out);
-  if (bias.defined()) out = ops::add(out, bias.detach().to(aw.dtype()));
+  if (bias.defined()) add_bias_rows_cpu(out, bias.detach().to(aw.dtype()).contiguous());
   return out.to(a.dtype());
+}
+
+void check_linear_args(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  detail::check_floating(op, x, "x");
+  detail::check_floating(op, weight, "weight");
+  detail::check_same_dtype(op, x, "x", weight, "weight");
+  detail::check_same_device(op, x, "x", weight, "weight");
+  MICROLLM_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1), op,
+                 "expected x (..., in) and weight (out, in), found x ", x.describe(),
+                 " and weight ", weight.describe());
+  if (bias.defined()) {
+    detail::check_floating(op, bias, "bias");
+    detail::check_same_dtype(op, x, "x", bias, "bias");
+    detail::check_same_device(op, x, "x", bias, "bias");
+    MICROLLM_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), op, "bias must be (",
+                   weight.size(0), "), found ", bias.describe());
+  }
 }
 
 }  // namespace
@@ -93,20 +112,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  detail::check_floating("linear", x, "x");
-  detail::check_floating("linear", weight, "weight");
-  detail::check_same_dtype("linear", x, "x", weight, "weight");
-  detail::check_same_device("linear", x, "x", weight, "weight");
-  MICROLLM_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1), "linear",
-                 "expected x (..., in) and weight (out, in), found x ", x.describe(),
-                 " and weight ", weight.describe());
-  if (bias.defined()) {
-    detail::check_floating("linear", bias, "bias");
-    detail::check_same_dtype("linear", x, "x", bias, "bias");
-    detail::check_same_device("linear", x, "x", bias, "bias");
-    MICROLLM_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear", "bias must be (",
-                   weight.size(0), "), found ", bias.describe());
-  }
+  check_linear_args("linear", x, weight, bias);
   Shape out_shape = x.shape();
   out_shape.back() = weight.size(0);
   const Tensor x2 = x.detach().reshape({-1, x.size(-1)});  // (N, in)
@@ -123,6 +129,66 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                      return std::vector<Tensor>{dx, dw, db};
                    });
   return out;
+}
+
+void linear_out(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
+  const char* op = "linear_out";
+  check_linear_args(op, x, weight, bias);
+  detail::check_out_dtype(op, x, "x");
+  detail::check_dense(op, x, "x");
+  detail::check_dense(op, weight, "weight");
+  if (bias.defined()) detail::check_dense(op, bias, "bias");
+  detail::check_out_tensor(op, out, "out", x, "x");
+  detail::check_out_shape(op, out, "out", x, x.dim() - 1, weight.size(0));
+  detail::check_apart(op, out, "out", x, "x");
+  detail::check_apart(op, out, "out", weight, "weight");
+  detail::check_apart(op, out, "out", bias, "bias");
+  const int64_t K = x.size(-1), N = weight.size(0);
+  MICROLLM_CHECK(K > 0, op, "expected at least one input feature, found x ", x.describe());
+  int64_t M = 1;  // rows of x: every dimension but the last
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) M *= x.size(d);
+  // linear hands BLAS / cuBLASLt the view x.reshape({-1, K}) of x: for dense x its strides
+  // are (K, 1), or (1, 1) for one row. Reading x with those strides makes the same GEMM call,
+  // hence the same values.
+  const int64_t x_row_stride = M == 1 ? 1 : K;
+  const GemmProblem p{1, M, N, K, false, true};
+  if (M * N == 0) return;
+  if (x.is_cuda()) {
+#if MICROLLM_WITH_CUDA
+    // (1, rows, cols) views of the same memory: host-side handles, no device memory.
+    const auto matrix = [](const Tensor& t, int64_t rows, int64_t cols, int64_t row_stride) {
+      return Tensor::from_storage(t.storage(), {1, rows, cols}, {rows * row_stride, row_stride, 1},
+                                  t.offset(), t.dtype());
+    };
+    gemm_cuda(p, matrix(x, M, K, x_row_stride),
+              Tensor::from_storage(weight.storage(), {1, N, K},
+                                   {N * weight.stride(0), weight.stride(0), weight.stride(1)},
+                                   weight.offset(), weight.dtype()),
+              bias, matrix(out, M, N, N));
+    return;
+#endif
+  }
+  if (gemm_mode() == GemmMode::batch_invariant) {
+    // The fixed-order kernel (gemm_cpu_invariant.cpp): a row's values do not depend on M.
+    gemm_cpu_batch_invariant(
+        p,
+        Tensor::from_storage(x.storage(), {1, M, K}, {M * x_row_stride, x_row_stride, 1},
+                             x.offset(), x.dtype()),
+        Tensor::from_storage(weight.storage(), {1, N, K},
+                             {N * weight.stride(0), weight.stride(0), weight.stride(1)},
+                             weight.offset(), weight.dtype()),
+        Tensor::from_storage(out.storage(), {1, M, N}, {M * N, N, 1}, out.offset(), out.dtype()));
+    if (bias.defined()) add_bias_rows_cpu(out, bias);
+    return;
+  }
+  bool x_transposed = false, w_transposed = true;
+  int64_t x_ld = 0, w_ld = 0;
+  // Dense operands always have a BLAS layout.
+  blas_layout(M, K, x_row_stride, 1, x_transposed, x_ld);
+  blas_layout(N, K, weight.stride(0), weight.stride(1), w_transposed, w_ld);
+  gemm_operands_cpu(p, x.dtype(), {x.raw_data(), x_transposed, x_ld, 0},
+                    {weight.raw_data(), w_transposed, w_ld, 0}, out.raw_data());
+  if (bias.defined()) add_bias_rows_cpu(out, bias);
 }
 
 Tensor matmul_naive(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {

@@ -17,6 +17,26 @@ void gemm_cpu(const GemmProblem& p, const Tensor& a, const Tensor& b, const Tens
 void gemm_cpu_batch_invariant(const GemmProblem& p, const Tensor& a, const Tensor& b,
                               const Tensor& out);
 
+// One operand as BLAS reads it: row-major rows `ld` elements apart, read transposed or not,
+// batch entries `batch_stride` elements apart (0: shared by the batch).
+struct GemmOperand {
+  const void* data;
+  bool transposed;
+  int64_t ld, batch_stride;
+};
+// How BLAS reads a (rows, cols) matrix with element strides (s_row, s_col): as stored with
+// leading dimension ld, or, for a transposed dense matrix, with `transposed` flipped (no
+// copy). False when neither fits (the caller makes the operand dense first).
+bool blas_layout(int64_t rows, int64_t cols, int64_t s_row, int64_t s_col, bool& transposed,
+                 int64_t& ld);
+// The same GEMM on operands already in BLAS form (gemm_cpu builds them from views; the
+// allocation-free linear_out from dense tensors): out (batch, M, N) dense of `dtype`, F32
+// or F64. p's trans flags are ignored: each operand carries its own.
+void gemm_operands_cpu(const GemmProblem& p, DType dtype, const GemmOperand& a,
+                       const GemmOperand& b, void* out);
+// out (R, N) dense += bias (N) dense on every row, F32/F64 (the CPU bias of linear).
+void add_bias_rows_cpu(const Tensor& out, const Tensor& bias);
+
 #if MICROLLM_WITH_CUDA
 // cuBLASLt: F32/BF16/F16 operands of one dtype, F32 accumulation; bias (N) or undefined is
 // added by the GEMM epilogue.

@@ -1,4 +1,5 @@
-// rms_norm and add_rms_norm: validation, dispatch and backward.
+// rms_norm and add_rms_norm: validation, dispatch and backward; their allocation-free
+// rms_norm_out / add_rms_norm_out run the same kernels into preallocated outputs.
 #include "microllm/ops/rms_norm.h"
 
 #include "../common.h"
@@ -19,6 +20,25 @@ void check_norm_args(const char* op, const Tensor& x, const Tensor& weight, doub
                  weight.describe());
   MICROLLM_CHECK(x.size(-1) > 0, op, "cannot normalize rows of width 0, found ", x.describe());
   MICROLLM_CHECK(eps >= 0.0, op, "eps must be non-negative, found ", eps);
+}
+
+void check_add_args(const char* op, const Tensor& x, const Tensor& residual) {
+  detail::check_floating(op, residual, "residual");
+  detail::check_same_dtype(op, x, "x", residual, "residual");
+  detail::check_same_device(op, x, "x", residual, "residual");
+  MICROLLM_CHECK(x.shape() == residual.shape(), op, "x ", x.describe(), " and residual ",
+                 residual.describe(), " differ in shape");
+}
+
+// What the `_out` forms add to the operator's checks: operands in a kernel dtype, a dense
+// weight, and `out` preallocated like x and apart from the weight.
+void check_norm_out_args(const char* op, const Tensor& x, const Tensor& weight, const Tensor& out,
+                         const char* out_name) {
+  detail::check_out_dtype(op, x, "x");
+  detail::check_dense(op, weight, "weight");
+  detail::check_out_tensor(op, out, out_name, x, "x");
+  detail::check_out_shape(op, out, out_name, x, "x");
+  detail::check_apart(op, out, out_name, weight, "weight");
 }
 
 struct NormSaved {
@@ -62,11 +82,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
 AddRmsNormResult add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
                               double eps) {
   check_norm_args("add_rms_norm", x, weight, eps);
-  detail::check_floating("add_rms_norm", residual, "residual");
-  detail::check_same_dtype("add_rms_norm", x, "x", residual, "residual");
-  detail::check_same_device("add_rms_norm", x, "x", residual, "residual");
-  MICROLLM_CHECK(x.shape() == residual.shape(), "add_rms_norm", "x ", x.describe(),
-                 " and residual ", residual.describe(), " differ in shape");
+  check_add_args("add_rms_norm", x, residual);
   Tensor sum;
   {
     autograd::NoGradGuard no_grad;  // the fused node below owns the whole backward
@@ -88,6 +104,34 @@ AddRmsNormResult add_rms_norm(const Tensor& x, const Tensor& residual, const Ten
                      return std::vector<Tensor>{d_sum, d_sum, d_weight};
                    });
   return result;
+}
+
+void rms_norm_out(const Tensor& x, const Tensor& weight, double eps, const Tensor& out) {
+  const char* op = "rms_norm_out";
+  check_norm_args(op, x, weight, eps);
+  check_norm_out_args(op, x, weight, out, "out");
+  detail::check_dense(op, x, "x");
+  detail::check_apart(op, out, "out", x, "x");
+  MICROLLM_KERNEL(x.device(), rms_norm_forward, x, weight, eps, out, Tensor());
+}
+
+void add_rms_norm_out(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps,
+                      const Tensor& sum_out, const Tensor& normed_out) {
+  const char* op = "add_rms_norm_out";
+  check_norm_args(op, x, weight, eps);
+  check_add_args(op, x, residual);
+  check_norm_out_args(op, x, weight, sum_out, "sum_out");
+  check_norm_out_args(op, x, weight, normed_out, "normed_out");
+  // The sum may replace x or the residual (the residual stream updated in place); the
+  // normed rows go to memory of their own.
+  detail::check_apart_or_same(op, sum_out, "sum_out", x, "x");
+  detail::check_apart_or_same(op, sum_out, "sum_out", residual, "residual");
+  detail::check_apart(op, normed_out, "normed_out", x, "x");
+  detail::check_apart(op, normed_out, "normed_out", residual, "residual");
+  detail::check_apart(op, normed_out, "normed_out", sum_out, "sum_out");
+  // add_rms_norm's two steps: the elementwise sum, stored, then the norm of the stored sum.
+  add_out(x, residual, sum_out);
+  MICROLLM_KERNEL(x.device(), rms_norm_forward, sum_out, weight, eps, normed_out, Tensor());
 }
 
 }  // namespace microllm::ops

@@ -14,17 +14,17 @@ void rms_norm_forward_cpu(const Tensor& x, const Tensor& weight, double eps, con
   const int64_t n = x.size(-1), rows = x.numel() / n;
   detail::dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const T* px = x.data<T>();       // (R, C)
-    const T* pw = weight.data<T>();  // (C)
-    T* py = y.data<T>();             // (R, C)
-    T* pr = rstd.data<T>();          // (R)
+    const T* px = x.data<T>();                          // (R, C)
+    const T* pw = weight.data<T>();                     // (C)
+    T* py = y.data<T>();                                // (R, C)
+    T* pr = rstd.defined() ? rstd.data<T>() : nullptr;  // (R), or nothing to save
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const T* xr = px + r * n;
       double sum_sq = 0.0;
       for (int64_t i = 0; i < n; ++i) sum_sq += static_cast<double>(xr[i]) * xr[i];
       const T inv = static_cast<T>(1.0 / std::sqrt(sum_sq / static_cast<double>(n) + eps));
-      pr[r] = inv;
+      if (pr) pr[r] = inv;
       for (int64_t i = 0; i < n; ++i) py[r * n + i] = pw[i] * (xr[i] * inv);
     }
   });

@@ -1,7 +1,8 @@
 // CUDA RMSNorm forward and backward (Zhang & Sennrich 2019; HF LlamaRMSNorm). F32/BF16/F16
 // storage, F32 arithmetic; the CPU reference is rms_norm_cpu.cpp.
 //
-// Layout: x, y, dy, dx dense (R, C) row-major; weight, dweight (C) in x's dtype; rstd (R) F32.
+// Layout: x, y, dy, dx dense (R, C) row-major; weight, dweight (C) in x's dtype; rstd (R) F32
+// (the forward may be given none: rms_norm_out saves nothing).
 //   y  = weight · (x · rstd),  rstd = 1 / sqrt(mean(x²) + eps)
 //   dx = rstd · (g − x̂ · mean(g · x̂)),  g = dy · weight,  x̂ = x · rstd
 //   dweight = Σ_rows dy · x̂
@@ -77,7 +78,8 @@ __device__ __forceinline__ float row_sum(float v, float* scratch) {
   return blockDim.x == kWarp ? warp_sum(v) : block_sum(v, scratch);
 }
 
-// x, y (R, C); weight (C); rstd (R). blockDim (32, rows per block) or (threads, 1).
+// x, y (R, C); weight (C); rstd (R) or null (not saved). blockDim (32, rows per block) or
+// (threads, 1).
 template <class T>
 __global__ void rms_norm_forward_kernel(const T* x, const T* weight, float eps, T* y, float* rstd,
                                         int64_t rows, int64_t C, bool vec) {
@@ -98,7 +100,7 @@ __global__ void rms_norm_forward_kernel(const T* x, const T* weight, float eps, 
     }
     sum_sq = row_sum(sum_sq, scratch);
     const float inv = 1.0f / sqrtf(sum_sq / static_cast<float>(C) + eps);
-    if (threadIdx.x == 0) rstd[r] = inv;
+    if (threadIdx.x == 0 && rstd != nullptr) rstd[r] = inv;
     // y = weight · (x · rstd). Re-reading x is cheap: this row was just read, so it comes
     // from L1/L2, and no register or shared-memory cache bounds C.
     T* yr = y + r * C;
@@ -245,8 +247,8 @@ void rms_norm_forward_cuda(const Tensor& x, const Tensor& weight, double eps, co
     const bool vec = C % kVec<T> == 0 && aligned16({x.raw_data(), weight.raw_data(), y.raw_data()});
     const RowLaunch launch = row_launch(rows, ceil_div(C, kVec<T>));
     rms_norm_forward_kernel<T><<<launch.grid, launch.block, 0, stream_of(x)>>>(
-        ptr<const T>(x), ptr<const T>(weight), static_cast<float>(eps), ptr<T>(y), ptr<float>(rstd),
-        rows, C, vec);
+        ptr<const T>(x), ptr<const T>(weight), static_cast<float>(eps), ptr<T>(y),
+        rstd.defined() ? ptr<float>(rstd) : nullptr, rows, C, vec);
     CUDA_CHECK_LAUNCH("rms_norm_forward_kernel");
   });
 }

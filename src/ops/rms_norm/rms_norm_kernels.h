@@ -7,7 +7,9 @@
 
 namespace microllm::ops {
 
-// y = x · rstd · weight with rstd = 1/sqrt(mean(x²) + eps), rstd (R) saved for backward.
+// y = x · rstd · weight with rstd = 1/sqrt(mean(x²) + eps), rstd (R) saved for backward; an
+// undefined rstd is not written (the allocation-free rms_norm_out saves nothing). y must not
+// overlap x or weight.
 void rms_norm_forward_cpu(const Tensor& x, const Tensor& weight, double eps, const Tensor& y,
                           const Tensor& rstd);
 // dx (R, C) and dweight (C) from dy; dweight is overwritten.

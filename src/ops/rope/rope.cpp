@@ -1,4 +1,5 @@
-// rope: validation, dispatch and backward.
+// rope: validation, dispatch and backward; rope_out, the allocation-free form, runs the
+// same kernel (rope calls it).
 #include "microllm/ops/rope.h"
 
 #include <cmath>
@@ -18,7 +19,7 @@ Tensor rope_inv_freq(int64_t head_dim, double theta) {
   // reciprocal in F32. This reproduces PyTorch's CPU values in all but a few elements where
   // its pow is an ulp off (14 of 2,520 over D ≤ 256 and the usual bases); libm's powf
   // differed in 305 of 1,800.
-  std::vector<float> values(static_cast<size_t>(head_dim / 2));  // (D/2)
+  std::vector<float> values(static_cast<size_t>(head_dim / 2));
   for (int64_t i = 0; i < head_dim / 2; ++i) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
     const float power = static_cast<float>(
@@ -28,36 +29,61 @@ Tensor rope_inv_freq(int64_t head_dim, double theta) {
   return Tensor::from_vector(values, {head_dim / 2});
 }
 
-Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
-  detail::check_floating("rope", x, "x");
-  detail::check_index("rope", positions, "positions");
-  detail::check_floating("rope", inv_freq, "inv_freq");
-  detail::check_same_device("rope", x, "x", positions, "positions");
-  detail::check_rank("rope", x, "x", 4);
+namespace {
+
+void check_rope_args(const char* op, const Tensor& x, const Tensor& positions,
+                     const Tensor& inv_freq) {
+  detail::check_floating(op, x, "x");
+  detail::check_index(op, positions, "positions");
+  detail::check_floating(op, inv_freq, "inv_freq");
+  detail::check_same_device(op, x, "x", positions, "positions");
+  detail::check_rank(op, x, "x", 4);
   const int64_t B = x.size(0), T = x.size(2), D = x.size(3);
-  MICROLLM_CHECK(D % 2 == 0, "rope", "head dimension must be even, found x ", x.describe());
-  MICROLLM_CHECK(inv_freq.dim() == 1 && inv_freq.size(0) == D / 2, "rope", "inv_freq must be (",
-                 D / 2, ") for x ", x.describe(), ", found ", inv_freq.describe());
+  MICROLLM_CHECK(D % 2 == 0, op, "head dimension must be even, found x ", x.describe());
+  MICROLLM_CHECK(inv_freq.dim() == 1 && inv_freq.size(0) == D / 2, op, "inv_freq must be (", D / 2,
+                 ") for x ", x.describe(), ", found ", inv_freq.describe());
   MICROLLM_CHECK((positions.dim() == 1 && positions.size(0) == T) ||
                      (positions.dim() == 2 && positions.size(0) == B && positions.size(1) == T),
-                 "rope", "positions must be (T) or (B, T) for x ", x.describe(), ", found ",
+                 op, "positions must be (T) or (B, T) for x ", x.describe(), ", found ",
                  positions.describe());
-  const Tensor xc = detail::compute_operand(x.detach());  // (B, H, T, D)
-  // (T) → (B, T) so the kernel sees one layout.
-  const Tensor pos = (positions.dim() == 1 ? positions.unsqueeze(0).expand({B, T}) : positions)
-                         .to(DType::I64)
-                         .contiguous();
+}
+
+}  // namespace
+
+void rope_out(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, const Tensor& out) {
+  const char* op = "rope_out";
+  check_rope_args(op, x, positions, inv_freq);
+  detail::check_out_dtype(op, x, "x");
+  detail::check_dense(op, x, "x");
+  detail::check_dense(op, positions, "positions");
+  const DType freq_dtype = detail::stat_dtype(x.dtype());
+  MICROLLM_CHECK(inv_freq.dtype() == freq_dtype && inv_freq.device() == x.device(), op,
+                 "inv_freq must be ", freq_dtype, " on ", x.device(), " for x ", x.describe(),
+                 " (rope converts it; rope_out does not), found ", inv_freq.describe());
+  detail::check_dense(op, inv_freq, "inv_freq");
+  detail::check_out_tensor(op, out, "out", x, "x");
+  detail::check_out_shape(op, out, "out", x, "x");
+  detail::check_apart_or_same(op, out, "out", x, "x");
+  detail::check_apart(op, out, "out", positions, "positions");
+  detail::check_apart(op, out, "out", inv_freq, "inv_freq");
+  MICROLLM_KERNEL(x.device(), rope, x, positions, inv_freq, false, out);
+}
+
+Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
+  check_rope_args("rope", x, positions, inv_freq);
+  const Tensor xc = detail::compute_operand(x.detach());
+  const Tensor pos = positions.contiguous();  // (T) or (B, T); the kernel reads either
   // Frequencies in the kernel's arithmetic dtype: F32, or F64 for an F64 reference.
   const DType freq_dtype = detail::stat_dtype(xc.dtype());
-  const Tensor freq = inv_freq.detach().to(x.device()).to(freq_dtype).contiguous();  // (D/2)
-  Tensor y = Tensor::empty(xc.shape(), xc.dtype(), x.device());                      // (B, H, T, D)
-  MICROLLM_KERNEL(x.device(), rope, xc, pos, freq, false, y);
-  Tensor out = y.to(x.dtype());  // (B, H, T, D)
+  const Tensor freq = inv_freq.detach().to(x.device()).to(freq_dtype).contiguous();
+  Tensor y = Tensor::empty(xc.shape(), xc.dtype(), x.device());
+  rope_out(xc, pos, freq, y);
+  Tensor out = y.to(x.dtype());
   autograd::record(
       "rope", {x}, {&out},
       [pos, freq, kernel_dtype = xc.dtype(), dtype = x.dtype()](const std::vector<Tensor>& g) {
-        const Tensor dy = detail::compute_operand(g[0].to(kernel_dtype));  // (B, H, T, D)
-        Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());    // (B, H, T, D)
+        const Tensor dy = detail::compute_operand(g[0].to(kernel_dtype));
+        Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
         MICROLLM_KERNEL(dy.device(), rope, dy, pos, freq, true, dx);
         return std::vector<Tensor>{dx.to(dtype)};
       });

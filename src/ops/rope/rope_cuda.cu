@@ -2,8 +2,9 @@
 // modeling_llama.apply_rotary_pos_emb). F32/BF16/F16 storage, F32 arithmetic; the CPU
 // reference is rope_cpu.cpp.
 //
-// Layout: x, y dense (B, H, T, D); positions dense (B, T) I64; inv_freq dense (D/2) F32.
-// Pair (i, i + D/2) of row (b, h, t) turns by θ = float(position[b, t]) · inv_freq[i]
+// Layout: x, y dense (B, H, T, D); positions dense (B, T) or (T) (shared by the batch), I32 or
+// I64; inv_freq dense (D/2) F32. y may be x (in place: each thread reads its pair, then
+// writes it). Pair (i, i + D/2) of row (b, h, t) turns by θ = float(position[b, t]) · inv_freq[i]
 // (−θ when `inverse`, the backward):
 //   y[i] = x[i]·cos θ − x[i + D/2]·sin θ;  y[i + D/2] = x[i + D/2]·cos θ + x[i]·sin θ
 // One thread per pair: consecutive threads take consecutive i, so both halves of a row are
@@ -16,11 +17,12 @@ namespace {
 
 using namespace cuda_detail;
 
-// x, y (B, H, T, D) with D = 2·half; positions (B, T); inv_freq (half); pairs = B·H·T·half.
-template <class T>
-__global__ void rope_kernel(const T* x, const int64_t* positions, const float* inv_freq,
-                            bool inverse, T* y, int64_t pairs, int64_t heads, int64_t seq,
-                            int64_t half) {
+// x, y (B, H, T, D) with D = 2·half; positions (B, T) with row stride pos_stride (0 for (T));
+// inv_freq (half); pairs = B·H·T·half.
+template <class T, class Index>
+__global__ void rope_kernel(const T* x, const Index* positions, int64_t pos_stride,
+                            const float* inv_freq, bool inverse, T* y, int64_t pairs, int64_t heads,
+                            int64_t seq, int64_t half) {
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs;
        p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = p % half, row = p / half;  // row indexes (B, H, T)
@@ -28,7 +30,7 @@ __global__ void rope_kernel(const T* x, const int64_t* positions, const float* i
     // The angle is formed in F32 exactly as on the CPU. sincosf is the accurate version
     // (not __sinf/__cosf): with positions in the tens of thousands the angles are large
     // and the fast intrinsics lose several digits.
-    const float angle = static_cast<float>(positions[b * seq + t]) * inv_freq[i];
+    const float angle = static_cast<float>(positions[b * pos_stride + t]) * inv_freq[i];
     float s, c;
     sincosf(angle, &s, &c);
     if (inverse) s = -s;
@@ -47,12 +49,20 @@ void rope_cuda(const Tensor& x, const Tensor& positions, const Tensor& inv_freq,
   const int64_t pairs = x.numel() / 2;
   if (pairs == 0) return;
   constexpr int kThreads = 256;
+  const int64_t pos_stride = positions.dim() == 2 ? seq : 0;
   dispatch_cuda_float(x.dtype(), "rope", [&](auto tag) {
     using T = decltype(tag);
-    rope_kernel<T><<<grid_for(pairs, kThreads), kThreads, 0, stream_of(x)>>>(
-        ptr<const T>(x), ptr<const int64_t>(positions), ptr<const float>(inv_freq), inverse,
-        ptr<T>(y), pairs, heads, seq, half);
-    CUDA_CHECK_LAUNCH("rope_kernel");
+    const auto launch = [&](auto index_tag) {
+      using Index = decltype(index_tag);
+      rope_kernel<T, Index><<<grid_for(pairs, kThreads), kThreads, 0, stream_of(x)>>>(
+          ptr<const T>(x), ptr<const Index>(positions), pos_stride, ptr<const float>(inv_freq),
+          inverse, ptr<T>(y), pairs, heads, seq, half);
+      CUDA_CHECK_LAUNCH("rope_kernel");
+    };
+    if (positions.dtype() == DType::I32)
+      launch(int32_t{});
+    else
+      launch(int64_t{});
   });
 }
 

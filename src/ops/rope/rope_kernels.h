@@ -5,9 +5,11 @@
 
 namespace microllm::ops {
 
-// x, y dense (B, H, T, D) (CPU: F32/F64; CUDA: F32/BF16/F16); positions dense (B, T) I64;
-// inv_freq dense (D/2), F32 (F64 for F64 x). `inverse` rotates by −θ (the backward of a
-// rotation is its transpose). The angle is float(position)·inv_freq in inv_freq's dtype.
+// x, y dense (B, H, T, D) (CPU: F32/F64; CUDA: F32/BF16/F16); positions dense I32 or I64,
+// (B, T) or (T) shared by the batch; inv_freq dense (D/2), F32 (F64 for F64 x). `inverse`
+// rotates by −θ (the backward of a rotation is its transpose). The angle is
+// float(position)·inv_freq in inv_freq's dtype. y may be x itself (each pair is read before
+// it is written).
 void rope_cpu(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool inverse,
               const Tensor& y);
 #if MICROLLM_WITH_CUDA
