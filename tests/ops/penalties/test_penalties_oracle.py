@@ -7,7 +7,16 @@ vLLM's sampler: logits -= frequency · counts, then logits -= presence · (count
 over the generated ids only. All in float32 tensors, as both libraries compute them, so
 microllm must agree bit for bit. microllm_sampling_runner (path in
 $MICROLLM_SAMPLING_RUNNER) runs microllm on the same .npy files.
+
+Where `import transformers` succeeds, every case also runs with transformers' own
+RepetitionPenaltyLogitsProcessor in place of the re-implementation (same checks), and
+test_reimplementation_matches_transformers checks that the two agree bit for bit on every
+case's inputs; without transformers those runs report themselves skipped.
+
+Run: MICROLLM_SAMPLING_RUNNER=build/cpu-release/tests/microllm_sampling_runner \
+     /usr/bin/python3 -m pytest -q -rs tests/ops/penalties/test_penalties_oracle.py
 """
+import importlib
 import os
 import subprocess
 
@@ -30,6 +39,43 @@ def frequency_presence(logits, generated, frequency, presence):
     return logits - torch.tensor([[presence]], dtype=torch.float32) * (counts > 0)
 
 
+# ---- transformers' own class, where it is installed ----------------------------------------
+try:
+    import transformers
+except ImportError:
+    transformers = None
+# Once transformers imports, a missing logits_process is an error, not a skip.
+logits_process = transformers and importlib.import_module("transformers.generation.logits_process")
+NO_TRANSFORMERS = "transformers not installed: the torch re-implementation is the oracle here"
+needs_transformers = pytest.mark.skipif(logits_process is None, reason=NO_TRANSFORMERS)
+
+
+def transformers_repetition_penalty(input_ids, scores, penalty):
+    return logits_process.RepetitionPenaltyLogitsProcessor(penalty=penalty)(input_ids, scores)
+
+
+@pytest.fixture(params=["reimplemented",
+                        pytest.param("transformers", marks=needs_transformers)])
+def repetition(request):
+    """The repetition-penalty oracle: the re-implementation or transformers' class."""
+    if request.param == "reimplemented":
+        return repetition_penalty
+    return transformers_repetition_penalty
+
+
+def oracle(logits, rows, repetition=repetition_penalty):
+    """The penalized logits (B, V) of the rows (see run_case), one row at a time."""
+    out = []
+    for b, (prompt, generated, rep, freq, pres) in enumerate(rows):
+        row = logits[b:b + 1]
+        ids = torch.tensor([list(prompt) + list(generated)], dtype=torch.long)
+        if ids.numel():
+            row = repetition(ids, row, float(np.float32(rep)))
+        out.append(frequency_presence(row, torch.tensor(list(generated), dtype=torch.long),
+                                      float(np.float32(freq)), float(np.float32(pres))))
+    return torch.cat(out)
+
+
 def runner():
     path = os.environ.get("MICROLLM_SAMPLING_RUNNER")
     if not path:
@@ -37,7 +83,7 @@ def runner():
     return path
 
 
-def run_case(tmp_path, logits, rows, length):
+def run_case(tmp_path, logits, rows, length, repetition):
     """rows: (prompt ids, generated ids, repetition, frequency, presence)."""
     batch = logits.shape[0]
     history = np.full((batch, length), -1, dtype=np.int32)
@@ -53,14 +99,9 @@ def run_case(tmp_path, logits, rows, length):
                             text=True, timeout=240)
     assert result.returncode == 0, result.stderr
     got = np.load(tmp_path / "out.npy")
-    for b, (prompt, generated, rep, freq, pres) in enumerate(rows):
-        row = logits[b:b + 1]
-        ids = torch.tensor([list(prompt) + list(generated)], dtype=torch.long)
-        if ids.numel():
-            row = repetition_penalty(ids, row, float(np.float32(rep)))
-        row = frequency_presence(row, torch.tensor(list(generated), dtype=torch.long),
-                                 float(np.float32(freq)), float(np.float32(pres)))
-        mismatch = np.flatnonzero(got[b] != row[0].numpy())
+    want = oracle(logits, rows, repetition).numpy()
+    for b in range(batch):
+        mismatch = np.flatnonzero(got[b] != want[b])
         assert mismatch.size == 0, f"row {b}: ids {mismatch[:10]} differ"
 
 
@@ -68,7 +109,7 @@ def random_ids(g, count, high):
     return torch.randint(0, high, (count,), generator=g).tolist()
 
 
-def test_penalties_match_transformers_and_vllm(tmp_path):
+def small_case():
     vocab = 1000
     g = torch.Generator().manual_seed(1)
     logits = (torch.randn(6, vocab, generator=g, dtype=torch.float64) * 3).float()
@@ -80,14 +121,33 @@ def test_penalties_match_transformers_and_vllm(tmp_path):
         (random_ids(g, 5, vocab), random_ids(g, 64, vocab), 1.0, 0.0, 0.0),
         ([3, 3, 3], [3, 3, 4], 1.2, 0.1, -0.5),
     ]
-    run_case(tmp_path, logits, rows, 80)
+    return logits, rows, 80
 
 
-def test_penalties_on_a_real_vocabulary(tmp_path):
+def vocabulary_case():
     vocab, length = 151936, 2048
     g = torch.Generator().manual_seed(2)
     logits = (torch.randn(3, vocab, generator=g, dtype=torch.float64) * 4).float()
     rows = [(random_ids(g, 1500, vocab), random_ids(g, 548, 5000), 1.1, 0.3, 0.2),
             (random_ids(g, 100, vocab), random_ids(g, 1000, 200), 0.9, 0.05, 0.5),
             (random_ids(g, 2048, vocab), [], 1.05, 1.0, 1.0)]
-    run_case(tmp_path, logits, rows, length)
+    return logits, rows, length
+
+
+def test_penalties_match_transformers_and_vllm(tmp_path, repetition):
+    run_case(tmp_path, *small_case(), repetition)
+
+
+def test_penalties_on_a_real_vocabulary(tmp_path, repetition):
+    run_case(tmp_path, *vocabulary_case(), repetition)
+
+
+@needs_transformers
+@pytest.mark.parametrize("case", [small_case, vocabulary_case], ids=["small", "vocabulary"])
+def test_reimplementation_matches_transformers(case):
+    """The re-implementation against the real class on every case's inputs, bit for bit."""
+    logits, rows, _ = case()
+    ours = oracle(logits, rows)
+    theirs = oracle(logits, rows, transformers_repetition_penalty)
+    differ = torch.nonzero(ours != theirs)
+    assert differ.numel() == 0, f"(row, id) {differ[:10].tolist()} differ"

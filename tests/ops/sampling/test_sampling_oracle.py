@@ -3,20 +3,31 @@
 transformers' logits warpers are written out below in torch from their definitions
 (TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper, MinPLogitsWarper in
 transformers/generation/logits_process.py), applied in generate()'s order: temperature,
-top-k, top-p, min-p; temperature 0 is greedy. microllm_sampling_runner (path in
-$MICROLLM_SAMPLING_RUNNER, see sampling_runner.cpp) runs microllm on the same .npy inputs.
+top-k, top-p, min-p; temperature 0 is greedy (generate() then takes the argmax and runs no
+warper). microllm_sampling_runner (path in $MICROLLM_SAMPLING_RUNNER, see
+sampling_runner.cpp) runs microllm on the same .npy inputs.
+
+Two oracles: the re-implementation (always; Debian's CPU machines have torch but no
+transformers) and, where `import transformers` succeeds, transformers' own classes built
+into the same chain. Every test that compares with an oracle runs once per oracle through
+the same checks; the transformers run reports itself skipped when transformers is missing.
+test_reimplementation_matches_transformers checks, on every case's inputs, that the two
+oracles give bit-identical processed scores.
 
 Checks: the kept set (finite processed scores) exactly; the processed scores of kept tokens
 exactly (logit / T is one IEEE division on both sides); the renormalized probabilities within
-1e-6 of the oracle's softmax (F64) of its processed scores; logprobs within 1e-5 of log_softmax in F64 with the same
-top-20 ids; 20,000 seeded draws per kept-set
-shape against the oracle's distribution by a chi-square test (p > 1e-4; seeds fixed, so the
-outcome is deterministic). Inputs have no equal values where transformers' own order is
-undefined (the tie at a top-p cut, whose rule microllm defines: the C++ tests cover it).
+1e-6 of the oracle's softmax (F64) of its processed scores; logprobs within 1e-5 of
+log_softmax in F64 with the same top-20 ids; 20,000 seeded draws per kept-set shape against
+the oracle's distribution by a chi-square test (p > 1e-4; seeds fixed, so the outcome is
+deterministic). Inputs have no equal values where transformers' own order is
+undefined (the tie at a top-p cut, whose rule microllm defines: the C++ tests cover it); the
+transformers runs would skip such a row (tie_at_the_top_p_cut).
 
 Run: MICROLLM_SAMPLING_RUNNER=build/cpu-release/tests/microllm_sampling_runner \
-     /usr/bin/python3 -m pytest -q tests/ops/sampling/test_sampling_oracle.py
+     /usr/bin/python3 -m pytest -q -rs tests/ops/sampling/test_sampling_oracle.py
+(with a python3 that imports transformers for the transformers runs).
 """
+import importlib
 import os
 import subprocess
 
@@ -57,7 +68,46 @@ def min_p_warper(scores, min_p, min_tokens_to_keep=1):
     return scores.masked_fill(remove, FILTER)
 
 
-def oracle_scores(row, temperature, top_k, top_p, min_p):
+# The same warpers as factories: parameter -> (scores (1, V) -> scores (1, V)).
+REIMPLEMENTED = {
+    "temperature": lambda t: lambda s: temperature_warper(s, t),
+    "top_k": lambda k: lambda s: top_k_warper(s, k),
+    "top_p": lambda p: lambda s: top_p_warper(s, p),
+    "min_p": lambda mp: lambda s: min_p_warper(s, mp),
+}
+
+
+# ---- transformers' own classes, where it is installed --------------------------------------
+try:
+    import transformers
+except ImportError:
+    transformers = None
+# Once transformers imports, a missing logits_process is an error, not a skip.
+logits_process = transformers and importlib.import_module("transformers.generation.logits_process")
+NO_TRANSFORMERS = "transformers not installed: the torch re-implementation is the oracle here"
+needs_transformers = pytest.mark.skipif(logits_process is None, reason=NO_TRANSFORMERS)
+
+
+def transformers_warpers():
+    """The real classes as factories like REIMPLEMENTED (warpers ignore input_ids)."""
+    def call(processor):
+        return lambda s: processor(torch.zeros(s.shape[0], 0, dtype=torch.long), s)
+    return {
+        "temperature": lambda t: call(logits_process.TemperatureLogitsWarper(t)),
+        "top_k": lambda k: call(logits_process.TopKLogitsWarper(top_k=k)),
+        "top_p": lambda p: call(logits_process.TopPLogitsWarper(top_p=p)),
+        "min_p": lambda mp: call(logits_process.MinPLogitsWarper(min_p=mp)),
+    }
+
+
+@pytest.fixture(params=["reimplemented",
+                        pytest.param("transformers", marks=needs_transformers)])
+def warpers(request):
+    """The oracle a test compares with: the re-implementation or transformers' classes."""
+    return REIMPLEMENTED if request.param == "reimplemented" else transformers_warpers()
+
+
+def oracle_scores(row, temperature, top_k, top_p, min_p, warpers=REIMPLEMENTED):
     """Processed scores of one row (V,) as generate() builds its warper list."""
     scores = row.unsqueeze(0)
     if temperature < 1e-5:  # greedy: the argmax alone (microllm's kGreedyTemperature)
@@ -66,13 +116,13 @@ def oracle_scores(row, temperature, top_k, top_p, min_p):
         out[0, best] = scores[0, best]
         return out[0]
     if temperature != 1.0:
-        scores = temperature_warper(scores, temperature)
+        scores = warpers["temperature"](temperature)(scores)
     if top_k != 0:
-        scores = top_k_warper(scores, top_k)
+        scores = warpers["top_k"](top_k)(scores)
     if top_p < 1.0:
-        scores = top_p_warper(scores, top_p)
+        scores = warpers["top_p"](top_p)(scores)
     if min_p > 0.0:
-        scores = min_p_warper(scores, min_p)
+        scores = warpers["min_p"](min_p)(scores)
     return scores[0]
 
 
@@ -124,15 +174,64 @@ def random_logits(batch, vocab, seed, scale):
     return (torch.randn(batch, vocab, generator=g, dtype=torch.float64) * scale).float()
 
 
-def check_distribution(tmp_path, logits, rows, bf16=False):
+FILTER_SHAPES = [(1000, 2.0), (4097, 4.0), (151936, 3.0)]
+
+
+def filter_case(vocab, scale):
+    return random_logits(len(ROWS), vocab, vocab, scale), ROWS
+
+
+def top_k_tie_case():
+    logits = random_logits(2, 300, 5, 2.0)
+    order = torch.argsort(logits, dim=-1, descending=True)
+    for b in range(2):  # ranks 9, 10 and 11 share the 10th largest value
+        logits[b, order[b, 10]] = logits[b, order[b, 9]]
+        logits[b, order[b, 11]] = logits[b, order[b, 9]]
+    return logits, [(1.0, 10, 1.0, 0.0), (0.6, 10, 1.0, 0.1)]
+
+
+def bf16_case():
+    # 128 distinct multiples of 1/16, exact in BF16: the oracle sees the same values.
+    g = torch.Generator().manual_seed(3)
+    logits = torch.stack([torch.randperm(128, generator=g) for _ in ROWS]).float() / 16 - 4
+    return logits, ROWS
+
+
+DRAW_ROWS = [(1.0, 0, 1.0, 0.0), (0.7, 6, 1.0, 0.0), (1.0, 0, 0.8, 0.0), (1.2, 0, 1.0, 0.15),
+             (0.9, 20, 0.9, 0.02)]
+
+
+def draw_logits():
+    return random_logits(1, 40, 77, 1.5)
+
+
+def tie_at_the_top_p_cut(row, params, kept_sets):
+    """Whether a row that top-p filters has a removed token equal (after temperature) to the
+    smallest kept one in any of kept_sets ((V,) bool each). Conservative: the boundary may
+    come from top-k or min-p, whose ties are well defined."""
+    t, _, p, _ = (f32(v) for v in params)
+    if p >= 1.0 or t < 1e-5:
+        return False
+    scaled = row / t if t != 1.0 else row
+    return any(bool((scaled[~kept] == scaled[kept].min()).any()) for kept in kept_sets)
+
+
+def check_distribution(tmp_path, logits, rows, warpers, bf16=False):
     write_case(tmp_path, logits, rows)
     run("distribution", tmp_path, *(["bf16"] if bf16 else []))
     scores = np.load(tmp_path / "scores.npy")
     probs = np.load(tmp_path / "probs.npy")
     for b, (t, k, p, mp) in enumerate(rows):
-        ref = oracle_scores(logits[b], f32(t), k, f32(p), f32(mp))
+        ref = oracle_scores(logits[b], f32(t), k, f32(p), f32(mp), warpers)
         ref_kept = torch.isfinite(ref).numpy()
         got_kept = np.isfinite(scores[b])
+        # Of equal values at its cut, transformers' TopPLogitsWarper keeps those torch.sort
+        # happens to put last: an order it leaves undefined, where microllm has its own rule
+        # (the C++ tests cover it). So the real classes' comparison, and only it, skips a row
+        # with such a tie; no input here has one.
+        if warpers is not REIMPLEMENTED and tie_at_the_top_p_cut(
+                logits[b], rows[b], [torch.from_numpy(ref_kept), torch.from_numpy(got_kept)]):
+            continue
         diff = np.flatnonzero(ref_kept != got_kept)
         assert diff.size == 0, f"row {b} {rows[b]}: kept sets differ at ids {diff[:10]}"
         assert np.array_equal(scores[b][got_kept], ref.numpy()[ref_kept]), f"row {b} scores"
@@ -141,37 +240,29 @@ def check_distribution(tmp_path, logits, rows, bf16=False):
         assert worst <= 1e-6, f"row {b} {rows[b]}: probabilities off by {worst}"
 
 
-@pytest.mark.parametrize("vocab,scale", [(1000, 2.0), (4097, 4.0), (151936, 3.0)])
-def test_filters_match_transformers(tmp_path, vocab, scale):
-    check_distribution(tmp_path, random_logits(len(ROWS), vocab, vocab, scale), ROWS)
+@pytest.mark.parametrize("vocab,scale", FILTER_SHAPES)
+def test_filters_match_transformers(tmp_path, warpers, vocab, scale):
+    check_distribution(tmp_path, *filter_case(vocab, scale), warpers)
 
 
-def test_top_k_keeps_ties_at_the_boundary(tmp_path):
-    logits = random_logits(2, 300, 5, 2.0)
-    order = torch.argsort(logits, dim=-1, descending=True)
-    for b in range(2):  # ranks 9, 10 and 11 share the 10th largest value
-        logits[b, order[b, 10]] = logits[b, order[b, 9]]
-        logits[b, order[b, 11]] = logits[b, order[b, 9]]
-    check_distribution(tmp_path, logits, [(1.0, 10, 1.0, 0.0), (0.6, 10, 1.0, 0.1)])
+def test_top_k_keeps_ties_at_the_boundary(tmp_path, warpers):
+    check_distribution(tmp_path, *top_k_tie_case(), warpers)
 
 
-def test_bf16_logits(tmp_path):
-    # 128 distinct multiples of 1/16, exact in BF16: the oracle sees the same values.
-    g = torch.Generator().manual_seed(3)
-    logits = torch.stack([torch.randperm(128, generator=g) for _ in ROWS]).float() / 16 - 4
-    check_distribution(tmp_path, logits, ROWS, bf16=True)
+def test_bf16_logits(tmp_path, warpers):
+    check_distribution(tmp_path, *bf16_case(), warpers, bf16=True)
 
 
-@pytest.mark.parametrize("row", [(1.0, 0, 1.0, 0.0), (0.7, 6, 1.0, 0.0), (1.0, 0, 0.8, 0.0),
-                                 (1.2, 0, 1.0, 0.15), (0.9, 20, 0.9, 0.02)])
-def test_draws_follow_the_oracle_distribution(tmp_path, row):
+@pytest.mark.parametrize("row", DRAW_ROWS)
+def test_draws_follow_the_oracle_distribution(tmp_path, warpers, row):
     draws, vocab = 20000, 40
-    logits = random_logits(1, vocab, 77, 1.5)
+    logits = draw_logits()
     write_case(tmp_path, logits, [row])
     run("draws", tmp_path, draws, 2024)
     ids = np.load(tmp_path / "ids.npy")
     t, k, p, mp = row
-    probs = torch.softmax(oracle_scores(logits[0], f32(t), k, f32(p), f32(mp)).double(), -1).numpy()
+    scores = oracle_scores(logits[0], f32(t), k, f32(p), f32(mp), warpers)
+    probs = torch.softmax(scores.double(), -1).numpy()
     counts = np.bincount(ids, minlength=vocab)
     assert counts[probs == 0].sum() == 0, "drew a removed token"
     expected = probs * draws
@@ -185,6 +276,25 @@ def test_draws_follow_the_oracle_distribution(tmp_path, row):
                                             torch.tensor(chi2 / 2.0, dtype=torch.float64)))
     assert dof >= 1
     assert p_value > 1e-4, f"chi2 {chi2:.2f} with {dof} degrees of freedom: p = {p_value:.2e}"
+
+
+@needs_transformers
+@pytest.mark.parametrize("case", [
+    *(pytest.param(lambda v=v, s=s: filter_case(v, s), id=f"filters-{v}")
+      for v, s in FILTER_SHAPES),
+    pytest.param(top_k_tie_case, id="top_k_ties"),
+    pytest.param(bf16_case, id="bf16"),
+    pytest.param(lambda: (draw_logits().expand(len(DRAW_ROWS), -1), DRAW_ROWS), id="draws"),
+])
+def test_reimplementation_matches_transformers(case):
+    """The re-implementation against the real classes on every case's inputs, bit for bit."""
+    logits, rows = case()
+    real = transformers_warpers()
+    for b, (t, k, p, mp) in enumerate(rows):
+        args = (logits[b], f32(t), k, f32(p), f32(mp))
+        ours, theirs = oracle_scores(*args), oracle_scores(*args, warpers=real)
+        differ = torch.nonzero(ours != theirs).flatten()
+        assert differ.numel() == 0, f"row {b} {rows[b]}: ids {differ[:10].tolist()} differ"
 
 
 @pytest.mark.parametrize("vocab", [50, 151936])
