@@ -81,8 +81,8 @@ int run_chat(const ChatCli& cli) {
       if (static_cast<int64_t>(prompt.size()) + params.max_new_tokens <= context) break;
       // Drop the oldest user/assistant turn; the system message (if any) stays.
       const size_t first = !history.empty() && history[0].role == "system" ? 1 : 0;
-      MICROLLM_CHECK(history.size() > first + 1, "chat", "the message alone takes ",
-                     prompt.size(), " tokens, more than the context of ", context, " minus ",
+      MICROLLM_CHECK(history.size() > first + 1, "chat", "the message alone takes ", prompt.size(),
+                     " tokens, more than the context of ", context, " minus ",
                      params.max_new_tokens, " new tokens");
       const size_t drop = history.size() > first + 2 ? 2 : 1;
       history.erase(history.begin() + static_cast<int64_t>(first),
@@ -115,9 +115,9 @@ Command add_chat_command(CLI::App& parent) {
   CLI::App* cmd = parent.add_subcommand("chat", "Chat with a model through its chat template");
   add_generation_options(*cmd, c->flags);
   cmd->add_option("--system", c->system, "system message");
-  cmd->add_option("--template-family", c->family,
-                  "chat template family when the folder's is not recognised: " +
-                      io::chat_family_names());
+  cmd->add_option(
+      "--template-family", c->family,
+      "chat template family when the folder's is not recognised: " + io::chat_family_names());
   return {cmd, [c] { return run_chat(*c); }};
 }
 

@@ -70,9 +70,9 @@ std::vector<std::vector<int32_t>> read_prompts(const GenerateCli& cli, const Gen
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = cli.prompts_file + ":" + std::to_string(number);
     const json object = parse_json(line, where);
-    MICROLLM_CHECK(object.is_object() && (object.contains("prompt") != object.contains("prompt_ids")),
-                   "generate", where,
-                   ": expected an object with one of \"prompt\" and \"prompt_ids\"");
+    MICROLLM_CHECK(
+        object.is_object() && (object.contains("prompt") != object.contains("prompt_ids")),
+        "generate", where, ": expected an object with one of \"prompt\" and \"prompt_ids\"");
     if (object.contains("prompt")) {
       MICROLLM_CHECK(object["prompt"].is_string(), "generate", where,
                      ": \"prompt\" must be a string");

@@ -51,14 +51,14 @@ infer::EngineOptions engine_options(const GenerationFlags& flags, const Generati
 // One finished completion.
 struct Completion {
   std::vector<int32_t> prompt_ids;
-  std::vector<int32_t> ids;  // generated tokens, the stopping EOS included
-  std::string text;          // their decoding without special tokens, cut before a stop string
+  std::vector<int32_t> ids;   // generated tokens, the stopping EOS included
+  std::string text;           // their decoding without special tokens, cut before a stop string
   std::string finish_reason;  // "stop" | "length"
   std::vector<infer::TokenOutput> tokens;  // per token: logprob and top logprobs
 };
 
 struct GenerationTiming {
-  double seconds = 0.0;             // first step to last token
+  double seconds = 0.0;              // first step to last token
   double first_token_seconds = 0.0;  // first step to the first sampled token
   int64_t generated_tokens = 0;
 };

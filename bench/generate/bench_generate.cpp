@@ -98,29 +98,29 @@ int run(const Options& o) {
     samples["prefill_ms"].push_back(prefilled * 1e3);
     samples["ttft_ms"].push_back(ttft * 1e3);
     const int64_t steps = after.steps - before.steps;
-    samples["host_ms_per_step"].push_back(
-        steps > 0 ? (after.host_seconds - before.host_seconds) * 1e3 / static_cast<double>(steps)
-                  : 0.0);
+    samples["host_ms_per_step"].push_back(steps > 0 ? (after.host_seconds - before.host_seconds) *
+                                                          1e3 / static_cast<double>(steps)
+                                                    : 0.0);
   }
-  nlohmann::json doc = {
-      {"schema", "microllm-bench-generate-v1"},
-      {"config",
-       {{"model", o.config},
-        {"dtype", o.dtype},
-        {"kv_dtype", eo.kv_dtype == DType::BF16 ? "bf16" : "f32"},
-        {"device", o.device},
-        {"batch", o.batch},
-        {"context", o.context},
-        {"new_tokens", o.new_tokens},
-        {"warmup", o.warmup},
-        {"reps", o.reps},
-        {"block_size", eo.block_size}}},
-      {"samples", samples},
-      {"kv_bytes", engine.kv_cache_bytes()},
-      {"weight_bytes", static_cast<int64_t>(weights->flat().nbytes())},
-      {"kernels_per_step", nullptr}};
+  nlohmann::json doc = {{"schema", "microllm-bench-generate-v1"},
+                        {"config",
+                         {{"model", o.config},
+                          {"dtype", o.dtype},
+                          {"kv_dtype", eo.kv_dtype == DType::BF16 ? "bf16" : "f32"},
+                          {"device", o.device},
+                          {"batch", o.batch},
+                          {"context", o.context},
+                          {"new_tokens", o.new_tokens},
+                          {"warmup", o.warmup},
+                          {"reps", o.reps},
+                          {"block_size", eo.block_size}}},
+                        {"samples", samples},
+                        {"kv_bytes", engine.kv_cache_bytes()},
+                        {"weight_bytes", static_cast<int64_t>(weights->flat().nbytes())},
+                        {"kernels_per_step", nullptr}};
 #if MICROLLM_WITH_CUDA
-  if (device.is_cuda()) doc["peak_memory_bytes"] = cuda::allocator_stats(device).peak_allocated_bytes;
+  if (device.is_cuda())
+    doc["peak_memory_bytes"] = cuda::allocator_stats(device).peak_allocated_bytes;
 #endif
   std::ofstream(o.out) << doc.dump(1) << "\n";
   std::printf("%s\n", samples.dump().c_str());

@@ -86,12 +86,11 @@ int64_t kv_pool_bytes(const model::ModelConfig& c, const EngineOptions& o, Devic
     bytes = std::min<int64_t>(per_block * blocks_per_seq * o.max_num_seqs, 2 * kGiB);
     budget = "the CPU default";
   }
-  MICROLLM_CHECK(bytes >= smallest, "Engine", "the KV cache does not fit: weights ",
-                 weight_bytes, " bytes and step workspace ", workspace_bytes,
-                 " bytes leave a KV budget of ", bytes, " bytes (", budget,
-                 "), but one sequence of the ", max_model_len, "-token context needs ", smallest,
-                 " bytes (", blocks_per_seq, " blocks of ", per_block,
-                 " bytes); give more --kv-memory or a shorter context");
+  MICROLLM_CHECK(bytes >= smallest, "Engine", "the KV cache does not fit: weights ", weight_bytes,
+                 " bytes and step workspace ", workspace_bytes, " bytes leave a KV budget of ",
+                 bytes, " bytes (", budget, "), but one sequence of the ", max_model_len,
+                 "-token context needs ", smallest, " bytes (", blocks_per_seq, " blocks of ",
+                 per_block, " bytes); give more --kv-memory or a shorter context");
   return bytes;
 }
 
@@ -121,11 +120,11 @@ Engine::Engine(std::shared_ptr<const model::ModelWeights> weights, EngineOptions
   s.weights = std::move(weights);
   s.options = std::move(options);
   const EngineOptions& o = s.options;
-  MICROLLM_CHECK(o.block_size > 0 && o.max_num_seqs > 0 && o.max_num_batched_tokens > 0 &&
-                     o.prefill_chunk > 0,
-                 "Engine", "block size, max_num_seqs, max_num_batched_tokens and prefill_chunk ",
-                 "must be positive, found ", o.block_size, ", ", o.max_num_seqs, ", ",
-                 o.max_num_batched_tokens, ", ", o.prefill_chunk);
+  MICROLLM_CHECK(
+      o.block_size > 0 && o.max_num_seqs > 0 && o.max_num_batched_tokens > 0 && o.prefill_chunk > 0,
+      "Engine", "block size, max_num_seqs, max_num_batched_tokens and prefill_chunk ",
+      "must be positive, found ", o.block_size, ", ", o.max_num_seqs, ", ",
+      o.max_num_batched_tokens, ", ", o.prefill_chunk);
   s.max_model_len = o.max_model_len > 0 ? o.max_model_len : c.max_position_embeddings;
   MICROLLM_CHECK(s.max_model_len > 1, "Engine", "the context length must be > 1, found ",
                  s.max_model_len, " (config max_position_embeddings ", c.max_position_embeddings,
@@ -133,13 +132,12 @@ Engine::Engine(std::shared_ptr<const model::ModelWeights> weights, EngineOptions
   s.max_blocks_per_seq = (s.max_model_len + o.block_size - 1) / o.block_size;
   const int64_t max_tokens = std::max(o.max_num_batched_tokens, o.max_num_seqs);
   s.step = std::make_unique<model::DecoderStep>(
-      *s.weights, model::StepLimits{max_tokens, o.max_num_seqs, s.max_blocks_per_seq,
-                                    o.block_size});
+      *s.weights,
+      model::StepLimits{max_tokens, o.max_num_seqs, s.max_blocks_per_seq, o.block_size});
   s.sampler = std::make_unique<Sampler>(device, o.max_num_seqs, c.vocab_size);
   const int64_t workspace = s.step->workspace_bytes() + s.sampler->workspace_bytes();
-  const int64_t pool_bytes =
-      kv_pool_bytes(c, o, device, s.max_model_len,
-                    static_cast<int64_t>(s.weights->flat().nbytes()), workspace);
+  const int64_t pool_bytes = kv_pool_bytes(
+      c, o, device, s.max_model_len, static_cast<int64_t>(s.weights->flat().nbytes()), workspace);
   const int64_t num_blocks = std::min<int64_t>(
       KvCache::blocks_for_bytes(c, o.kv_dtype, o.block_size, pool_bytes), INT32_MAX / o.block_size);
   s.kv = std::make_unique<KvCache>(c, device, o.kv_dtype, o.block_size, num_blocks);
@@ -165,8 +163,8 @@ int64_t Engine::add_request(std::vector<int32_t> prompt_ids, SamplingParams para
   const int64_t V = s.weights->config().vocab_size;
   MICROLLM_CHECK(!prompt_ids.empty(), "Engine", "the prompt is empty");
   for (size_t i = 0; i < prompt_ids.size(); ++i)
-    MICROLLM_CHECK(prompt_ids[i] >= 0 && prompt_ids[i] < V, "Engine", "prompt id ",
-                   prompt_ids[i], " at position ", i, " is outside the vocabulary [0, ", V, ")");
+    MICROLLM_CHECK(prompt_ids[i] >= 0 && prompt_ids[i] < V, "Engine", "prompt id ", prompt_ids[i],
+                   " at position ", i, " is outside the vocabulary [0, ", V, ")");
   MICROLLM_CHECK(static_cast<int64_t>(prompt_ids.size()) < s.max_model_len, "Engine",
                  "the prompt of ", prompt_ids.size(), " tokens does not fit the context of ",
                  s.max_model_len, " tokens (at least one token must be generated)");
@@ -238,8 +236,7 @@ std::vector<TokenOutput> Engine::step() {
   if (dims.history_len > 0)
     rows.history = view_at(inputs, layout.history, {B, dims.history_len}, DType::I32);
   int64_t top_n = 0;
-  for (const ScheduledSeq& q : batch.seqs)
-    top_n = std::max<int64_t>(top_n, q.seq->params.logprobs);
+  for (const ScheduledSeq& q : batch.seqs) top_n = std::max<int64_t>(top_n, q.seq->params.logprobs);
   rows.top_n = top_n;
   const SampledRows& sampled = s.sampler->sample(logits, rows);  // host copies, after one wait
 
@@ -281,9 +278,7 @@ std::vector<TokenOutput> Engine::step() {
 const EngineStats& Engine::stats() const { return state_->stats; }
 int64_t Engine::max_model_len() const { return state_->max_model_len; }
 int64_t Engine::num_kv_blocks() const { return state_->kv->num_blocks(); }
-int64_t Engine::num_free_kv_blocks() const {
-  return state_->scheduler->allocator().num_free();
-}
+int64_t Engine::num_free_kv_blocks() const { return state_->scheduler->allocator().num_free(); }
 int64_t Engine::kv_cache_bytes() const { return state_->kv->bytes(); }
 const model::ModelWeights& Engine::weights() const { return *state_->weights; }
 

@@ -39,8 +39,8 @@ struct Sampler::State {
   Device device;
   int64_t max_seqs = 0, vocab = 0;
   OutputLayout layout{1};
-  Tensor penalized;       // (B, V) F32: the logits the penalties are applied to
-  Tensor sample_scratch;  // U8, ops::sample's workspace
+  Tensor penalized;        // (B, V) F32: the logits the penalties are applied to
+  Tensor sample_scratch;   // U8, ops::sample's workspace
   Tensor penalty_scratch;  // U8, grows with the history width
   Tensor outputs;          // (bytes) U8 on the device
   Tensor host_outputs;     // (bytes) U8 on the host (page-locked on CUDA)
@@ -59,17 +59,18 @@ Sampler::Sampler(Device device, int64_t max_seqs, int64_t vocab_size)
   s.vocab = vocab_size;
   s.layout = OutputLayout(max_seqs);
   s.penalized = Tensor::empty({max_seqs, vocab_size}, DType::F32, device);  // (B, V)
-  const auto scratch = static_cast<int64_t>(ops::sample_workspace_bytes(max_seqs, vocab_size, device));
+  const auto scratch =
+      static_cast<int64_t>(ops::sample_workspace_bytes(max_seqs, vocab_size, device));
   if (scratch > 0) s.sample_scratch = Tensor::empty({scratch}, DType::U8, device);
   s.outputs = Tensor::empty({s.layout.total}, DType::U8, device);  // (bytes)
   s.host_outputs = s.outputs;
 #if MICROLLM_WITH_CUDA
   if (device.is_cuda()) {
     s.pinned.reserve(static_cast<size_t>(s.layout.total));
-    s.host_outputs = Tensor::from_storage(
-        Storage::wrap(s.pinned.data(), static_cast<size_t>(s.layout.total), Device::cpu(),
-                      [](void*) {}),
-        {s.layout.total}, {1}, 0, DType::U8);
+    s.host_outputs =
+        Tensor::from_storage(Storage::wrap(s.pinned.data(), static_cast<size_t>(s.layout.total),
+                                           Device::cpu(), [](void*) {}),
+                             {s.layout.total}, {1}, 0, DType::U8);
   }
 #endif
 }
@@ -91,9 +92,9 @@ const SampledRows& Sampler::sample(const Tensor& logits, const SamplerRows& rows
   MICROLLM_CHECK(B <= s.max_seqs && logits.size(1) == s.vocab && N >= 0 && N <= kTop, "Sampler",
                  "logits ", logits.describe(), " with top ", N, " do not fit a sampler of ",
                  s.max_seqs, " rows and vocabulary ", s.vocab);
-  const Tensor ids = view_at(s.outputs, s.layout.ids, {B}, DType::I32);             // (B)
-  const Tensor logprob = view_at(s.outputs, s.layout.logprob, {B}, DType::F32);     // (B)
-  const Tensor top_ids = view_at(s.outputs, s.layout.top_ids, {B, N}, DType::I32);  // (B, N)
+  const Tensor ids = view_at(s.outputs, s.layout.ids, {B}, DType::I32);                 // (B)
+  const Tensor logprob = view_at(s.outputs, s.layout.logprob, {B}, DType::F32);         // (B)
+  const Tensor top_ids = view_at(s.outputs, s.layout.top_ids, {B, N}, DType::I32);      // (B, N)
   const Tensor top_lp = view_at(s.outputs, s.layout.top_logprobs, {B, N}, DType::F32);  // (B, N)
 
   // Penalties change a copy: the logprobs are those of the raw model distribution.

@@ -15,7 +15,8 @@ constexpr int64_t kAlignBytes = 256;  // every tensor starts 16-byte-load (and T
 // Hands out element offsets in the flat buffer, each aligned to kAlignBytes.
 class FlatPlanner {
  public:
-  explicit FlatPlanner(DType dtype) : align_(kAlignBytes / static_cast<int64_t>(dtype_size(dtype))) {}
+  explicit FlatPlanner(DType dtype)
+      : align_(kAlignBytes / static_cast<int64_t>(dtype_size(dtype))) {}
   int64_t take(int64_t numel) {
     const int64_t start = (next_ + align_ - 1) / align_ * align_;
     next_ = start + numel;

@@ -110,7 +110,8 @@ TEST(EngineCuda, BatchEqualsAloneBitwiseGreedyAndSeeded) {
     auto w = std::make_shared<const ModelWeights>(
         ModelWeights::random(c, Device::cuda(0), dtype, 5, 0.1));
     std::vector<std::vector<int32_t>> prompts;
-    for (uint64_t i = 0; i < 5; ++i) prompts.push_back(random_ids(3 + 29 * i, c.vocab_size, 10 + i));
+    for (uint64_t i = 0; i < 5; ++i)
+      prompts.push_back(random_ids(3 + 29 * i, c.vocab_size, 10 + i));
     infer::SamplingParams greedy;
     greedy.temperature = 0.0f;
     greedy.max_new_tokens = 12;

@@ -143,7 +143,8 @@ std::vector<std::vector<int32_t>> generate(const std::shared_ptr<const ModelWeig
   for (size_t i = 0; i < prompts.size(); ++i) index[engine.add_request(prompts[i], params)] = i;
   std::vector<std::vector<int32_t>> out(prompts.size());
   while (engine.has_unfinished())
-    for (const infer::TokenOutput& t : engine.step()) out[index.at(t.request_id)].push_back(t.token);
+    for (const infer::TokenOutput& t : engine.step())
+      out[index.at(t.request_id)].push_back(t.token);
   EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks());  // nothing leaked
   return out;
 }
@@ -171,7 +172,8 @@ TEST(DecoderStep, PrefillChunksAndDecodeEqualTheUncachedForward) {
       first.push_back({prompts[b].begin(), prompts[b].begin() + split[b]});
       second.push_back({prompts[b].begin() + split[b], prompts[b].end()});
     }
-    step.forward(make_step({first[1], first[2]}, {0, 0}, {paging.block_size, {paging.tables[1], paging.tables[2]}}, M),
+    step.forward(make_step({first[1], first[2]}, {0, 0},
+                           {paging.block_size, {paging.tables[1], paging.tables[2]}}, M),
                  kv.layers());
     const Tensor logits = step.forward(
         make_step({first[0], second[1], second[2]}, {0, split[1], split[2]}, paging, M),
@@ -212,8 +214,8 @@ TEST(DecoderStep, PagedEqualsContiguousBitForBit) {
     infer::KvCache kv(c, Device::cpu(), DType::F32, 4, 16);
     model::DecoderStep step(w, {32, 2, 4, 4});
     step.forward(make_step(prompts, {0, 0}, paging, 4), kv.layers());
-    results.push_back(step.forward(make_step({{1}, {2}}, {11, 6}, paging, 4), kv.layers())
-                          .to_vector_f32());
+    results.push_back(
+        step.forward(make_step({{1}, {2}}, {11, 6}, paging, 4), kv.layers()).to_vector_f32());
   }
   EXPECT_EQ(results[0], results[1]);
 }
@@ -297,7 +299,8 @@ TEST(Engine, PreemptionUnderATinyPoolChangesNoToken) {
   for (size_t i = 0; i < prompts.size(); ++i) index[engine.add_request(prompts[i], greedy)] = i;
   std::vector<std::vector<int32_t>> out(prompts.size());
   while (engine.has_unfinished())
-    for (const infer::TokenOutput& t : engine.step()) out[index.at(t.request_id)].push_back(t.token);
+    for (const infer::TokenOutput& t : engine.step())
+      out[index.at(t.request_id)].push_back(t.token);
   EXPECT_GT(engine.stats().preemptions, 0);
   EXPECT_EQ(out, roomy);
   EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks());
@@ -310,8 +313,11 @@ TEST(Engine, BadRequestsAreOneClearError) {
   options.kv_memory_bytes = 4 << 20;
   infer::Engine engine(w, options);
   infer::SamplingParams params;
-  EXPECT_TRUE(throws_error([&] { engine.add_request({1, 61}, params); }, "Engine",
-                           {"61", "vocabulary"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        engine.add_request({1, 61}, params);
+      },
+      "Engine", {"61", "vocabulary"}));
   EXPECT_TRUE(throws_error([&] { engine.add_request(random_ids(128, 61, 1), params); }, "Engine",
                            {"128 tokens", "context"}));
   EXPECT_TRUE(throws_error([&] { engine.add_request({}, params); }, "Engine", {"empty"}));
@@ -320,6 +326,6 @@ TEST(Engine, BadRequestsAreOneClearError) {
   EXPECT_FALSE(engine.has_unfinished());
   infer::EngineOptions small;
   small.kv_memory_bytes = 1024;
-  EXPECT_TRUE(throws_error([&] { infer::Engine(w, small); }, "Engine",
-                           {"KV cache does not fit", "bytes"}));
+  EXPECT_TRUE(
+      throws_error([&] { infer::Engine(w, small); }, "Engine", {"KV cache does not fit", "bytes"}));
 }

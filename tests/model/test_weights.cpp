@@ -88,7 +88,8 @@ TEST(ModelWeights, FusedMatricesHoldTheHuggingFaceRows) {
     EXPECT_TRUE(bit_equal(l.qkv.narrow(0, qd, kvd), w.named().at(p + "self_attn.k_proj.weight")));
     EXPECT_TRUE(
         bit_equal(l.qkv.narrow(0, qd + kvd, kvd), w.named().at(p + "self_attn.v_proj.weight")));
-    EXPECT_TRUE(bit_equal(l.qkv_bias.narrow(0, qd, kvd), w.named().at(p + "self_attn.k_proj.bias")));
+    EXPECT_TRUE(
+        bit_equal(l.qkv_bias.narrow(0, qd, kvd), w.named().at(p + "self_attn.k_proj.bias")));
     EXPECT_TRUE(bit_equal(l.gate_up.narrow(0, 0, F), w.named().at(p + "mlp.gate_proj.weight")));
     EXPECT_TRUE(bit_equal(l.gate_up.narrow(0, F, F), w.named().at(p + "mlp.up_proj.weight")));
     // A write through the Hugging Face view is seen by the fused matrix (same storage).
@@ -114,10 +115,10 @@ TEST(ModelWeights, ViewsShareOneBufferAlignedWithoutOverlap) {
       EXPECT_EQ(t.storage().get(), w.flat().storage().get());
       EXPECT_TRUE(t.is_contiguous());
       // 256-byte aligned within the buffer (whose base the allocator aligns: 256 on CUDA).
-      EXPECT_EQ((static_cast<const char*>(t.raw_data()) -
-                 static_cast<const char*>(w.flat().raw_data())) %
-                    256,
-                0);
+      EXPECT_EQ(
+          (static_cast<const char*>(t.raw_data()) - static_cast<const char*>(w.flat().raw_data())) %
+              256,
+          0);
       ranges.push_back({t.offset(), t.offset() + t.numel()});
     }
     std::sort(ranges.begin(), ranges.end());
@@ -136,7 +137,8 @@ TEST(ModelWeights, LoadsWhatWasSavedAndConvertsDtypes) {
   {
     std::ofstream(dir / "config.json") << c.to_json().dump(2);
     io::NamedTensors tensors;
-    for (const auto& [name, p] : original.parameters()) tensors.push_back({name, p.to(DType::BF16)});
+    for (const auto& [name, p] : original.parameters())
+      tensors.push_back({name, p.to(DType::BF16)});
     io::save_safetensors((dir / "model.safetensors").string(), tensors);
   }
   const ModelWeights w = ModelWeights::load(dir.string(), Device::cpu(), DType::F32);
@@ -158,8 +160,9 @@ TEST(ModelWeights, TransformerOverTheViewsComputesTheSameLogits) {
 }
 
 TEST(ModelWeights, BadFoldersAreOneClearError) {
-  EXPECT_TRUE(throws_error([] { ModelWeights::load("/nonexistent/model", Device::cpu(), DType::F32); },
-                           "ModelWeights::load", {"/nonexistent/model", "no folder"}));
+  EXPECT_TRUE(
+      throws_error([] { ModelWeights::load("/nonexistent/model", Device::cpu(), DType::F32); },
+                   "ModelWeights::load", {"/nonexistent/model", "no folder"}));
   const ModelConfig c = tiny_config(model::Family::Qwen2);
   const auto dir = temp_dir("missing");
   std::ofstream(dir / "config.json") << c.to_json().dump(2);
@@ -168,7 +171,7 @@ TEST(ModelWeights, BadFoldersAreOneClearError) {
   for (const auto& [name, p] : original.parameters())
     if (name != "model.norm.weight") tensors.push_back({name, p});
   io::save_safetensors((dir / "model.safetensors").string(), tensors);
-  EXPECT_TRUE(throws_error([&] { ModelWeights::load(dir.string(), Device::cpu(), DType::F32); },
-                           "", {"model.norm.weight"}));
+  EXPECT_TRUE(throws_error([&] { ModelWeights::load(dir.string(), Device::cpu(), DType::F32); }, "",
+                           {"model.norm.weight"}));
   std::filesystem::remove_all(dir);
 }

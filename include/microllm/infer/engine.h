@@ -20,35 +20,35 @@
 namespace microllm::infer {
 
 struct EngineOptions {
-  DType kv_dtype = DType::F32;    // F32 or BF16 cache (attention accumulates in F32)
-  int64_t block_size = 16;        // BS, tokens per KV block
-  int64_t kv_memory_bytes = 0;    // KV pool size; 0: kv_memory_fraction of free memory on
-                                  // CUDA, enough for max_num_seqs full contexts (≤ 2 GiB) on CPU
-  double kv_memory_fraction = 0.9;         // of the free device memory after weights + workspace
-  int64_t max_num_seqs = 64;               // sequences in one step
-  int64_t max_num_batched_tokens = 4096;   // new tokens in one step (the token budget)
-  int64_t prefill_chunk = 2048;            // prompt tokens of one sequence in one step
-  int64_t max_model_len = 0;               // context length; 0: max_position_embeddings
-  std::vector<int32_t> eos_token_ids;      // generation stops on any (unless ignore_eos)
-  bool batch_invariant = true;             // GEMM plans independent of the row count
+  DType kv_dtype = DType::F32;  // F32 or BF16 cache (attention accumulates in F32)
+  int64_t block_size = 16;      // BS, tokens per KV block
+  int64_t kv_memory_bytes = 0;  // KV pool size; 0: kv_memory_fraction of free memory on
+                                // CUDA, enough for max_num_seqs full contexts (≤ 2 GiB) on CPU
+  double kv_memory_fraction = 0.9;        // of the free device memory after weights + workspace
+  int64_t max_num_seqs = 64;              // sequences in one step
+  int64_t max_num_batched_tokens = 4096;  // new tokens in one step (the token budget)
+  int64_t prefill_chunk = 2048;           // prompt tokens of one sequence in one step
+  int64_t max_model_len = 0;              // context length; 0: max_position_embeddings
+  std::vector<int32_t> eos_token_ids;     // generation stops on any (unless ignore_eos)
+  bool batch_invariant = true;            // GEMM plans independent of the row count
 };
 
 // One sampled token of one request.
 struct TokenOutput {
   int64_t request_id = 0;
   int32_t token = 0;
-  float logprob = 0.0f;                                   // of `token`, raw model distribution
-  std::vector<std::pair<int32_t, float>> top_logprobs;    // when params.logprobs > 0
+  float logprob = 0.0f;                                 // of `token`, raw model distribution
+  std::vector<std::pair<int32_t, float>> top_logprobs;  // when params.logprobs > 0
   bool finished = false;
   std::string finish_reason;  // "stop" | "length" once finished
 };
 
 struct EngineStats {
   int64_t steps = 0;
-  int64_t prompt_tokens = 0;     // prefilled (recomputed ones counted again)
+  int64_t prompt_tokens = 0;  // prefilled (recomputed ones counted again)
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
-  double host_seconds = 0.0;     // in step(), outside the device wait
+  double host_seconds = 0.0;  // in step(), outside the device wait
 };
 
 class Engine {

@@ -21,11 +21,10 @@ class KvCache {
           int64_t num_blocks);
 
   // Bytes one block takes over all layers (K and V).
-  static int64_t bytes_per_block(const model::ModelConfig& config, DType dtype,
-                                 int64_t block_size);
+  static int64_t bytes_per_block(const model::ModelConfig& config, DType dtype, int64_t block_size);
   // The number of whole blocks that fit in `bytes`.
-  static int64_t blocks_for_bytes(const model::ModelConfig& config, DType dtype,
-                                  int64_t block_size, int64_t bytes);
+  static int64_t blocks_for_bytes(const model::ModelConfig& config, DType dtype, int64_t block_size,
+                                  int64_t bytes);
 
   const std::vector<model::LayerKv>& layers() const { return layers_; }
   int64_t num_blocks() const { return num_blocks_; }

@@ -31,10 +31,10 @@ struct SamplerRows {
 
 // Host copies of the step's results, valid until the next sample().
 struct SampledRows {
-  std::span<const int32_t> ids;           // (B)
-  std::span<const float> logprob;         // (B) of ids, raw log-softmax
-  std::span<const int32_t> top_ids;       // (B, top_n) row-major, best first
-  std::span<const float> top_logprobs;    // (B, top_n)
+  std::span<const int32_t> ids;         // (B)
+  std::span<const float> logprob;       // (B) of ids, raw log-softmax
+  std::span<const int32_t> top_ids;     // (B, top_n) row-major, best first
+  std::span<const float> top_logprobs;  // (B, top_n)
   int64_t top_n = 0;
 };
 

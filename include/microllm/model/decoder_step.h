@@ -43,9 +43,9 @@ class DecoderStep {
 
   // Runs `batch` and returns the logits (num_seqs, V) in the weights' dtype: a view into the
   // workspace, valid until the next forward. `kv` holds one LayerKv per layer.
-  Tensor forward(const StepBatch& batch, const std::vector<LayerKv>& kv,
-                 const std::function<void(const std::string&, const Tensor&)>& observe =
-                     nullptr) const;
+  Tensor forward(
+      const StepBatch& batch, const std::vector<LayerKv>& kv,
+      const std::function<void(const std::string&, const Tensor&)>& observe = nullptr) const;
 
   const StepLimits& limits() const { return limits_; }
   // Bytes of the workspace (activations and attention scratch) allocated at construction.

@@ -21,8 +21,8 @@ struct StepBatch {
   Tensor seq_lens;      // (B) I32 keys visible to sequence b after this step
   Tensor block_tables;  // (B, M) I32 physical block of each logical block; −1 past the end
   Tensor last_rows;     // (B) I32 row of each sequence's last new token (the LM head reads these)
-  int64_t num_tokens = 0;  // N, host value
-  int64_t num_seqs = 0;    // B, host value
+  int64_t num_tokens = 0;   // N, host value
+  int64_t num_seqs = 0;     // B, host value
   int64_t max_seq_len = 0;  // host bound on every seq_lens[b] (≤ M·BS); 0: M·BS
 };
 
