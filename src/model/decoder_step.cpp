@@ -1,16 +1,59 @@
-// DecoderStep (see decoder_step.h).
+// DecoderStep (see decoder_step.h): the step's operators are the allocation-free `_out`
+// forms writing into one arena carved at construction for the largest step of the limits.
 #include "microllm/model/decoder_step.h"
 
 #include <cmath>
 
-#include "microllm/ops/kv_write.h"
+#include "microllm/core/arena.h"
 #include "microllm/ops/ops.h"
-#include "microllm/ops/paged_attention.h"
 
 namespace microllm::model {
 
+// Every activation of a step at its largest size (rows narrowed to N or B per step).
 struct DecoderStep::Workspace {
-  Tensor attention_scratch;  // F32, paged_attention_workspace_bytes for the limits
+  Arena arena;
+  Tensor x;                  // (Nmax, C) residual stream
+  Tensor h;                  // (Nmax, C) normed input of the next projection
+  Tensor qkv;                // (Nmax, H·D + 2·Hkv·D) fused projection output
+  Tensor q_raw;              // (Nmax, H, D) q before QK-norm (qwen3)
+  Tensor k_raw;              // (Nmax, Hkv, D)
+  Tensor q;                  // (Nmax, H, D) after QK-norm and RoPE
+  Tensor k;                  // (Nmax, Hkv, D)
+  Tensor attn;               // (Nmax, H, D) attention output
+  Tensor attn_out;           // (Nmax, C) o_proj output
+  Tensor gate;               // (Nmax, F)
+  Tensor up;                 // (Nmax, F)
+  Tensor act;                // (Nmax, F) swiglu(gate, up)
+  Tensor mlp_out;            // (Nmax, C) down_proj output
+  Tensor last;               // (Bmax, C) each sequence's last row of h
+  Tensor logits;             // (Bmax, V)
+  Tensor attention_scratch;  // F32 split-K partials of paged_attention (undefined when 0)
+
+  // Takes every buffer from `a` (a planner or the real arena) in one fixed order.
+  void take_all(Arena& a, const ModelConfig& c, const StepLimits& l, DType dtype,
+                int64_t attention_bytes) {
+    const int64_t N = l.max_tokens, B = l.max_seqs, C = c.hidden_size, F = c.intermediate_size;
+    const int64_t H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
+    x = a.take({N, C}, dtype, "x");
+    h = a.take({N, C}, dtype, "h");
+    qkv = a.take({N, c.q_dim() + 2 * c.kv_dim()}, dtype, "qkv");
+    if (c.qk_norm) {
+      q_raw = a.take({N, H, D}, dtype, "q_raw");
+      k_raw = a.take({N, Hkv, D}, dtype, "k_raw");
+    }
+    q = a.take({N, H, D}, dtype, "q");
+    k = a.take({N, Hkv, D}, dtype, "k");
+    attn = a.take({N, H, D}, dtype, "attn");
+    attn_out = a.take({N, C}, dtype, "attn_out");
+    gate = a.take({N, F}, dtype, "gate");
+    up = a.take({N, F}, dtype, "up");
+    act = a.take({N, F}, dtype, "act");
+    mlp_out = a.take({N, C}, dtype, "mlp_out");
+    last = a.take({B, C}, dtype, "last");
+    logits = a.take({B, c.vocab_size}, dtype, "logits");
+    if (attention_bytes > 0)
+      attention_scratch = a.take({(attention_bytes + 3) / 4}, DType::F32, "attention_scratch");
+  }
 };
 
 DecoderStep::DecoderStep(const ModelWeights& weights, StepLimits limits)
@@ -21,24 +64,28 @@ DecoderStep::DecoderStep(const ModelWeights& weights, StepLimits limits)
                  ", max_seqs ", limits.max_seqs, ", max_blocks_per_seq ", limits.max_blocks_per_seq,
                  ", block_size ", limits.block_size);
   const ModelConfig& c = weights.config();
-  const int64_t bytes = ops::paged_attention_workspace_bytes(
+  MICROLLM_CHECK(
+      weights.device().is_cuda() || weights.dtype() == DType::F32 || weights.dtype() == DType::F64,
+      "DecoderStep", "the CPU inference path computes in f32 (or f64), found ",
+      dtype_name(weights.dtype()), " weights; use --dtype f32 on the CPU");
+  const int64_t attention_bytes = ops::paged_attention_workspace_bytes(
       limits.max_tokens, c.num_heads, c.num_kv_heads, c.head_dim,
       limits.max_blocks_per_seq * limits.block_size);
-  if (bytes > 0)
-    ws_->attention_scratch = Tensor::empty({(bytes + 3) / 4}, DType::F32, weights.device());
+  Arena planner = Arena::measure(weights.device());
+  ws_->take_all(planner, c, limits, weights.dtype(), attention_bytes);
+  ws_->arena = Arena(planner.used(), weights.device());
+  ws_->take_all(ws_->arena, c, limits, weights.dtype(), attention_bytes);
 }
 
-int64_t DecoderStep::workspace_bytes() const {
-  return ws_->attention_scratch.defined() ? static_cast<int64_t>(ws_->attention_scratch.nbytes())
-                                          : 0;
-}
+int64_t DecoderStep::workspace_bytes() const { return ws_->arena.capacity(); }
 
 Tensor DecoderStep::forward(
     const StepBatch& batch, const std::vector<LayerKv>& kv,
     const std::function<void(const std::string&, const Tensor&)>& observe) const {
   const ModelConfig& c = weights_.config();
+  const Workspace& ws = *ws_;
   const int64_t N = batch.num_tokens, B = batch.num_seqs, H = c.num_heads, Hkv = c.num_kv_heads,
-                D = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim();
+                D = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim(), F = c.intermediate_size;
   MICROLLM_CHECK(N > 0 && N <= limits_.max_tokens && B > 0 && B <= limits_.max_seqs, "DecoderStep",
                  "step of ", N, " tokens and ", B, " sequences is outside the limits (",
                  limits_.max_tokens, " tokens, ", limits_.max_seqs, " sequences)");
@@ -49,63 +96,78 @@ Tensor DecoderStep::forward(
   auto emit = [&](const std::string& name, const Tensor& value) {
     if (observe) observe(name, value);
   };
-  const Tensor ids = batch.token_ids.narrow(0, 0, N);                     // (N)
-  const Tensor positions = batch.positions.narrow(0, 0, N).view({N, 1});  // (N, 1): T = 1 per row
-  const Tensor slots = batch.slot_mapping.narrow(0, 0, N);                // (N)
+  auto rows = [](const Tensor& t, int64_t n) { return t.narrow(0, 0, n); };
+  const Tensor ids = rows(batch.token_ids, N);                     // (N)
+  const Tensor positions = rows(batch.positions, N).view({N, 1});  // (N, 1): T = 1 per row
+  const Tensor slots = rows(batch.slot_mapping, N);                // (N)
   const int64_t M = batch.block_tables.size(1);
   const int64_t max_seq_len = batch.max_seq_len > 0 ? batch.max_seq_len : M * limits_.block_size;
+  const Tensor x = rows(ws.x, N), h = rows(ws.h, N);  // (N, C)
+  const Tensor qkv = rows(ws.qkv, N);                 // (N, H·D + 2·Hkv·D)
+  const Tensor q = rows(ws.q, N), k = rows(ws.k, N), attn = rows(ws.attn, N);   // (N, H|Hkv, D)
+  const Tensor attn_out = rows(ws.attn_out, N), mlp_out = rows(ws.mlp_out, N);  // (N, C)
+  const Tensor gate = rows(ws.gate, N), up = rows(ws.up, N), act = rows(ws.act, N);  // (N, F)
+  // Views of the fused projection: q, k, v rows of each token (row stride H·D + 2·Hkv·D).
+  const Tensor q_part = qkv.narrow(1, 0, qd).view({N, H, D});            // (N, H, D)
+  const Tensor k_part = qkv.narrow(1, qd, kvd).view({N, Hkv, D});        // (N, Hkv, D)
+  const Tensor v_part = qkv.narrow(1, qd + kvd, kvd).view({N, Hkv, D});  // (N, Hkv, D)
 
-  Tensor x = ops::embedding(weights_.embed(), ids);  // (N, C)
+  ops::embedding_out(weights_.embed(), ids, x);
   emit("embedding", x);
-  Tensor h = ops::rms_norm(x, weights_.layers()[0].input_norm, eps);  // (N, C)
+  ops::rms_norm_out(x, weights_.layers()[0].input_norm, eps, h);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const LayerWeights& w = weights_.layers()[static_cast<size_t>(i)];
     const std::string n = "layers." + std::to_string(i) + ".";
     emit(n + "input", x);
     emit(n + "attn.norm", h);
-    const Tensor qkv = ops::linear(h, w.qkv, w.qkv_bias);    // (N, H·D + 2·Hkv·D)
-    Tensor q = qkv.narrow(1, 0, qd).reshape({N, H, D});      // (N, H, D)
-    Tensor k = qkv.narrow(1, qd, kvd).reshape({N, Hkv, D});  // (N, Hkv, D)
-    const Tensor v = qkv.narrow(1, qd + kvd, kvd).contiguous().view({N, Hkv, D});  // (N, Hkv, D)
+    ops::linear_out(h, w.qkv, w.qkv_bias, qkv);
     if (c.qk_norm) {
-      q = ops::rms_norm(q, w.q_norm, eps);
-      k = ops::rms_norm(k, w.k_norm, eps);
+      const Tensor q_raw = rows(ws.q_raw, N), k_raw = rows(ws.k_raw, N);
+      ops::cast_out(q_part, q_raw);  // dense copies for the row norm
+      ops::cast_out(k_part, k_raw);
+      ops::rms_norm_out(q_raw, w.q_norm, eps, q);
+      ops::rms_norm_out(k_raw, w.k_norm, eps, k);
+    } else {
+      ops::cast_out(q_part, q);
+      ops::cast_out(k_part, k);
     }
     // Each row is its own (batch, T = 1) for RoPE: (N, H, 1, D) with positions (N, 1).
-    q = ops::rope(q.view({N, H, 1, D}), positions, weights_.inv_freq()).view({N, H, D});
-    k = ops::rope(k.view({N, Hkv, 1, D}), positions, weights_.inv_freq()).view({N, Hkv, D});
+    ops::rope_out(q.view({N, H, 1, D}), positions, weights_.inv_freq(), q.view({N, H, 1, D}));
+    ops::rope_out(k.view({N, Hkv, 1, D}), positions, weights_.inv_freq(), k.view({N, Hkv, 1, D}));
     emit(n + "attn.q", q);
     emit(n + "attn.k", k);
-    emit(n + "attn.v", v);
+    emit(n + "attn.v", v_part);
     const LayerKv& cache = kv[static_cast<size_t>(i)];
-    ops::kv_write(k, v, slots, cache.k, cache.v);
-    Tensor a = Tensor::empty({N, H, D}, q.dtype(), q.device());  // (N, H, D)
-    ops::paged_attention(q, cache.k, cache.v, batch.query_starts.narrow(0, 0, B + 1),
-                         batch.seq_lens.narrow(0, 0, B), batch.block_tables.narrow(0, 0, B), scale,
-                         max_seq_len, a, ws_->attention_scratch);
-    const Tensor attn_out = ops::linear(a.view({N, qd}), w.o_proj);  // (N, C)
+    ops::kv_write(k, v_part, slots, cache.k, cache.v);
+    ops::paged_attention(q, cache.k, cache.v, rows(batch.query_starts, B + 1),
+                         rows(batch.seq_lens, B), rows(batch.block_tables, B), scale, max_seq_len,
+                         attn, ws.attention_scratch);
+    ops::linear_out(attn.view({N, qd}), w.o_proj, Tensor(), attn_out);
     emit(n + "attn.out", attn_out);
-    ops::AddRmsNormResult r = ops::add_rms_norm(x, attn_out, w.post_norm, eps);
-    emit(n + "attn.residual", r.sum);
-    emit(n + "mlp.norm", r.normed);
-    const int64_t F = c.intermediate_size;
-    const Tensor gate_up = ops::linear(r.normed, w.gate_up);                           // (N, 2F)
-    const Tensor act = ops::swiglu(gate_up.narrow(1, 0, F), gate_up.narrow(1, F, F));  // (N, F)
+    ops::add_rms_norm_out(x, attn_out, w.post_norm, eps, x, h);  // x += attn_out; h = norm(x)
+    emit(n + "attn.residual", x);
+    emit(n + "mlp.norm", h);
+    // Gate and up from the two row halves of the fused (2F, C) matrix, each dense.
+    ops::linear_out(h, w.gate_up.narrow(0, 0, F), Tensor(), gate);
+    ops::linear_out(h, w.gate_up.narrow(0, F, F), Tensor(), up);
+    ops::swiglu_out(gate, up, act);
     emit(n + "mlp.act", act);
-    const Tensor mlp_out = ops::linear(act, w.down);  // (N, C)
+    ops::linear_out(act, w.down, Tensor(), mlp_out);
     emit(n + "mlp.out", mlp_out);
+    // The next norm is fused with this residual add: the next layer's input_layernorm, or
+    // the final norm after the last layer.
     const Tensor& next_norm = i + 1 < c.num_layers
                                   ? weights_.layers()[static_cast<size_t>(i + 1)].input_norm
                                   : weights_.final_norm();
-    ops::AddRmsNormResult next = ops::add_rms_norm(r.sum, mlp_out, next_norm, eps);
-    x = next.sum;
-    h = next.normed;
+    ops::add_rms_norm_out(x, mlp_out, next_norm, eps, x, h);
     emit(n + "output", x);
   }
   emit("final_norm", h);
   // The LM head reads only each sequence's last new token.
-  const Tensor last = ops::embedding(h, batch.last_rows.narrow(0, 0, B));  // (B, C)
-  Tensor logits = ops::linear(last, weights_.lm_head());                   // (B, V)
+  const Tensor last = rows(ws.last, B);      // (B, C)
+  const Tensor logits = rows(ws.logits, B);  // (B, V)
+  ops::embedding_out(h, rows(batch.last_rows, B), last);
+  ops::linear_out(last, weights_.lm_head(), Tensor(), logits);
   emit("logits", logits);
   return logits;
 }

@@ -18,7 +18,9 @@
 // arguments. The workspace is allocated once, at construction, for the largest step the
 // limits allow; a step allocates nothing after that, records no autograd and reads nothing
 // back from the device. Named values as Transformer's (layers.{i}.attn.q ...), with the
-// flattened shapes (N, ...) instead of (B, T, ...).
+// flattened shapes (N, ...) instead of (B, T, ...); an observer sees workspace views that
+// later operators overwrite (the residual stream is updated in place), so it copies what it
+// keeps. CPU steps compute in F32 (or F64); CUDA steps in F32, BF16 or F16.
 #pragma once
 
 #include <functional>
