@@ -87,7 +87,7 @@ TEST(EngineCuda, GreedyEqualsTheCpuEngineInF32) {
     auto cpu = std::make_shared<const ModelWeights>(
         ModelWeights::random(c, Device::cpu(), DType::F32, 3, 0.1));
     auto gpu = std::make_shared<ModelWeights>(c, Device::cuda(0), DType::F32);
-    gpu->flat().copy_from(cpu->flat());
+    Tensor(gpu->flat()).copy_from(cpu->flat());
     const std::vector<std::vector<int32_t>> prompts = {
         random_ids(1, c.vocab_size, 1), random_ids(37, c.vocab_size, 2),
         random_ids(130, c.vocab_size, 3)};  // 130 > prefill_chunk: chunked
@@ -137,7 +137,7 @@ TEST(EngineCuda, Bf16StepIsCloseToTheF32Reference) {
   const ModelWeights f32 = ModelWeights::random(c, Device::cpu(), DType::F32, 8, 0.1);
   const model::Transformer reference = model::Transformer::from_weights(f32);
   auto bf16 = std::make_shared<ModelWeights>(c, Device::cuda(0), DType::BF16);
-  bf16->flat().copy_from(f32.flat());
+  Tensor(bf16->flat()).copy_from(f32.flat());
   // The first generated token's logprob of a greedy BF16 run against the F32 reference.
   const std::vector<int32_t> prompt = random_ids(50, c.vocab_size, 4);
   infer::SamplingParams greedy;
