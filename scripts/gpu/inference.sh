@@ -42,7 +42,7 @@ if want sanitize; then
 fi
 want sampling-hf && step sampling-hf env MICROLLM_SAMPLING_RUNNER="$RUNNER" timeout 300 "$PYTHON" -m pytest \
   -q -rs -p no:cacheprovider tests/ops/sampling/test_sampling_oracle.py tests/ops/penalties/test_penalties_oracle.py
-want fixtures && step fixtures env MICROLLM="$CLI" OUT="$OUT" \
+want fixtures && step fixtures env MICROLLM="$CLI" OUT="$OUT" STEPS="tokenizer fixtures compare" \
   FIXTURE_ARGS="${FIXTURE_ARGS:---heads 2 --kv-heads 1}" timeout 420 bash scripts/gpu/generate_fixtures.sh
 want lab && step lab timeout 120 dev/cuda/build/gemv_bf16 all
 print_summary

@@ -43,27 +43,45 @@ __global__ void rope_kernel(const T* x, const Index* positions, int64_t pos_stri
 
 }  // namespace
 
+// One launch for storage type T and position type Index (a plain function template: the
+// kernel's instantiation is named explicitly, not through nested generic lambdas).
+template <class T, class Index>
+void launch_rope(const Tensor& x, const Tensor& positions, int64_t pos_stride,
+                 const Tensor& inv_freq, bool inverse, const Tensor& y, int64_t pairs,
+                 int64_t heads, int64_t seq, int64_t half) {
+  constexpr int kThreads = 256;
+  rope_kernel<T, Index><<<grid_for(pairs, kThreads), kThreads, 0, stream_of(x)>>>(
+      ptr<const T>(x), ptr<const Index>(positions), pos_stride, ptr<const float>(inv_freq),
+      inverse, ptr<T>(y), pairs, heads, seq, half);
+  CUDA_CHECK_LAUNCH("rope_kernel");
+}
+
 void rope_cuda(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool inverse,
                const Tensor& y) {
   const int64_t heads = x.size(1), seq = x.size(2), half = x.size(3) / 2;
   const int64_t pairs = x.numel() / 2;
   if (pairs == 0) return;
-  constexpr int kThreads = 256;
   const int64_t pos_stride = positions.dim() == 2 ? seq : 0;
-  dispatch_cuda_float(x.dtype(), "rope", [&](auto tag) {
-    using T = decltype(tag);
-    const auto launch = [&](auto index_tag) {
-      using Index = decltype(index_tag);
-      rope_kernel<T, Index><<<grid_for(pairs, kThreads), kThreads, 0, stream_of(x)>>>(
-          ptr<const T>(x), ptr<const Index>(positions), pos_stride, ptr<const float>(inv_freq),
-          inverse, ptr<T>(y), pairs, heads, seq, half);
-      CUDA_CHECK_LAUNCH("rope_kernel");
-    };
-    if (positions.dtype() == DType::I32)
-      launch(int32_t{});
-    else
-      launch(int64_t{});
-  });
+  const bool pos32 = positions.dtype() == DType::I32;
+  switch (x.dtype()) {
+    case DType::F32:
+      return pos32 ? launch_rope<float, int32_t>(x, positions, pos_stride, inv_freq, inverse, y,
+                                                 pairs, heads, seq, half)
+                   : launch_rope<float, int64_t>(x, positions, pos_stride, inv_freq, inverse, y,
+                                                 pairs, heads, seq, half);
+    case DType::BF16:
+      return pos32 ? launch_rope<__nv_bfloat16, int32_t>(x, positions, pos_stride, inv_freq,
+                                                         inverse, y, pairs, heads, seq, half)
+                   : launch_rope<__nv_bfloat16, int64_t>(x, positions, pos_stride, inv_freq,
+                                                         inverse, y, pairs, heads, seq, half);
+    case DType::F16:
+      return pos32 ? launch_rope<__half, int32_t>(x, positions, pos_stride, inv_freq, inverse, y,
+                                                  pairs, heads, seq, half)
+                   : launch_rope<__half, int64_t>(x, positions, pos_stride, inv_freq, inverse, y,
+                                                  pairs, heads, seq, half);
+    default:
+      MICROLLM_FAIL("rope", "CUDA kernels take f32, bf16 or f16, found ", x.dtype());
+  }
 }
 
 }  // namespace microllm::ops

@@ -4,6 +4,7 @@
 // transposed (non-contiguous) input.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 #include <vector>
 
@@ -93,4 +94,35 @@ TEST(CudaRope, NonContiguousInput) {
           {leaf(shape, 25), positions_from(3, shape[1])}, in(dtype)))
           << dtype << " x " << shape_str(shape);
     }
+}
+
+// A case small enough to check by hand: x = 1, positions {0, 1, 2, 7} as (T) and as (B, T),
+// inv_freq {1, 0.01}; y[i] = cos θ − sin θ, y[i + 2] = cos θ + sin θ with θ = position ·
+// inv_freq[i] (host std::cos/sin in F32). Both position dtypes.
+TEST(CudaRope, SmallCaseByTheFormula) {
+  MICROLLM_REQUIRE_CUDA();
+  const std::vector<int64_t> pos = {0, 1, 2, 7};
+  const Tensor inv_freq = Tensor::from_vector(std::vector<float>{1.0f, 0.01f}, {2});
+  for (DType index : {DType::I64, DType::I32}) {
+    for (bool per_batch : {false, true}) {
+      const int64_t B = 2;
+      const Tensor x = Tensor::ones({B, 1, 4, 4}, DType::F32, Device::cuda(0));
+      Tensor positions = Tensor::from_vector(pos, {4}, index);
+      if (per_batch)
+        positions =
+            Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 7, 0, 1, 2, 7}, {B, 4}, index);
+      const std::vector<float> y =
+          ops::rope(x, positions.to(Device::cuda(0)), inv_freq).to_vector_f32();
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < 4; ++t)
+          for (int64_t i = 0; i < 2; ++i) {
+            const float angle = static_cast<float>(pos[t]) * (i == 0 ? 1.0f : 0.01f);
+            const float c = std::cos(angle), s = std::sin(angle);
+            const size_t lo = static_cast<size_t>((b * 4 + t) * 4 + i);
+            EXPECT_NEAR(y[lo], c - s, 1e-5) << "b " << b << " t " << t << " i " << i << " "
+                                            << dtype_name(index) << " per_batch " << per_batch;
+            EXPECT_NEAR(y[lo + 2], c + s, 1e-5) << "b " << b << " t " << t << " i " << i;
+          }
+    }
+  }
 }
