@@ -48,8 +48,10 @@ Operand make_operand(const Tensor& t, bool trans) {
   const int64_t rows = t.shape()[1], cols = t.shape()[2];
   const int64_t s_row = t.strides()[1], s_col = t.strides()[2];
   const int64_t batch_stride = t.shape()[0] == 1 ? 0 : t.strides()[0];
-  if ((s_col == 1 || cols == 1) && s_row >= std::max<int64_t>(cols, 1))
-    return {t, trans, rows, cols, s_row, batch_stride};
+  // One row is read in place as a row-major matrix whatever its row stride (ld = cols), so a
+  // single-row product keeps the layout, and the batch-invariant plan, of a many-row one.
+  if ((s_col == 1 || cols == 1) && (rows == 1 || s_row >= std::max<int64_t>(cols, 1)))
+    return {t, trans, rows, cols, rows == 1 ? std::max<int64_t>(cols, 1) : s_row, batch_stride};
   if ((s_row == 1 || rows == 1) &&
       s_col >= std::max<int64_t>(rows, 1))  // a transposed dense matrix
     return {t, !trans, cols, rows, s_col, batch_stride};
