@@ -5,7 +5,7 @@
 #   2. fixtures: tools/hf/make_generate_fixtures.py builds qwen2 / llama / qwen3, random and
 #      trained, with transformers' greedy outputs (F32 and BF16) → $OUT/fixtures/<name>/;
 #   3. compare: tools/hf/compare_generate.py, `microllm generate` against them: F32 on cuda and
-#      cpu (exact ids), BF16 on cuda (first 8 ids, teacher-forced agreement reported).
+#      cpu (exact ids), BF16 on cuda (top-1 agreement along HF's BF16 path ≥ 0.95; the free-running prefix reported).
 # Logs and comparison JSON go to $OUT/generate-fixtures/; with the fixtures they are packed
 # into $OUT/generate-fixtures.tar.gz. A summary prints last; exit 1 if any step failed.
 #
