@@ -51,8 +51,8 @@ void launch_rope(const Tensor& x, const Tensor& positions, int64_t pos_stride,
                  int64_t heads, int64_t seq, int64_t half) {
   constexpr int kThreads = 256;
   rope_kernel<T, Index><<<grid_for(pairs, kThreads), kThreads, 0, stream_of(x)>>>(
-      ptr<const T>(x), ptr<const Index>(positions), pos_stride, ptr<const float>(inv_freq),
-      inverse, ptr<T>(y), pairs, heads, seq, half);
+      ptr<const T>(x), ptr<const Index>(positions), pos_stride, ptr<const float>(inv_freq), inverse,
+      ptr<T>(y), pairs, heads, seq, half);
   CUDA_CHECK_LAUNCH("rope_kernel");
 }
 
