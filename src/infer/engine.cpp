@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "byte_view.h"
 #include "microllm/autograd/node.h"
 #include "microllm/infer/kv_cache.h"
 #include "microllm/infer/sampler.h"
@@ -34,9 +35,7 @@ class HostBuffer {
 #if MICROLLM_WITH_CUDA
     if (device_.is_cuda()) {
       pinned_.reserve(static_cast<size_t>(bytes));
-      tensor_ = Tensor::from_storage(
-          Storage::wrap(pinned_.data(), static_cast<size_t>(bytes), Device::cpu(), [](void*) {}),
-          {bytes}, {1}, 0, DType::U8);
+      tensor_ = pinned_.view({bytes}, DType::U8);
       capacity_ = bytes;
       return;
     }
@@ -57,14 +56,6 @@ class HostBuffer {
   cuda::PinnedBuffer pinned_;
 #endif
 };
-
-// A typed view of `count` elements at byte `offset` of the U8 buffer `buffer`.
-Tensor view_at(const Tensor& buffer, int64_t offset, const Shape& shape, DType dtype) {
-  const auto size = static_cast<int64_t>(dtype_size(dtype));
-  MICROLLM_CHECK(offset % size == 0, "Engine", "misaligned view at byte ", offset);
-  return Tensor::from_storage(buffer.storage(), shape, contiguous_strides(shape),
-                              (buffer.offset() + offset) / size, dtype);
-}
 
 int64_t kv_pool_bytes(const model::ModelConfig& c, const EngineOptions& o, Device device,
                       int64_t max_model_len, int64_t weight_bytes, int64_t workspace_bytes) {
@@ -208,13 +199,13 @@ std::vector<TokenOutput> Engine::step() {
   }
   const int64_t N = dims.num_tokens, B = dims.num_seqs, M = dims.max_blocks;
   model::StepBatch sb;
-  sb.token_ids = view_at(inputs, layout.token_ids, {N}, DType::I32);
-  sb.positions = view_at(inputs, layout.positions, {N}, DType::I32);
-  sb.slot_mapping = view_at(inputs, layout.slot_mapping, {N}, DType::I32);
-  sb.query_starts = view_at(inputs, layout.query_starts, {B + 1}, DType::I32);
-  sb.seq_lens = view_at(inputs, layout.seq_lens, {B}, DType::I32);
-  sb.block_tables = view_at(inputs, layout.block_tables, {B, M}, DType::I32);
-  sb.last_rows = view_at(inputs, layout.last_rows, {B}, DType::I32);
+  sb.token_ids = byte_view(inputs, layout.token_ids, {N}, DType::I32);
+  sb.positions = byte_view(inputs, layout.positions, {N}, DType::I32);
+  sb.slot_mapping = byte_view(inputs, layout.slot_mapping, {N}, DType::I32);
+  sb.query_starts = byte_view(inputs, layout.query_starts, {B + 1}, DType::I32);
+  sb.seq_lens = byte_view(inputs, layout.seq_lens, {B}, DType::I32);
+  sb.block_tables = byte_view(inputs, layout.block_tables, {B, M}, DType::I32);
+  sb.last_rows = byte_view(inputs, layout.last_rows, {B}, DType::I32);
   sb.num_tokens = N;
   sb.num_seqs = B;
   for (const ScheduledSeq& q : batch.seqs)
@@ -223,18 +214,18 @@ std::vector<TokenOutput> Engine::step() {
   // 2. The model, then penalties, sampling and logprobs on the device.
   const Tensor logits = s.step->forward(sb, s.kv->layers());  // (B, V)
   SamplerRows rows;
-  rows.temperature = view_at(inputs, layout.temperature, {B}, DType::F32);
-  rows.top_k = view_at(inputs, layout.top_k, {B}, DType::I32);
-  rows.top_p = view_at(inputs, layout.top_p, {B}, DType::F32);
-  rows.min_p = view_at(inputs, layout.min_p, {B}, DType::F32);
-  rows.repetition_penalty = view_at(inputs, layout.repetition_penalty, {B}, DType::F32);
-  rows.frequency_penalty = view_at(inputs, layout.frequency_penalty, {B}, DType::F32);
-  rows.presence_penalty = view_at(inputs, layout.presence_penalty, {B}, DType::F32);
-  rows.seed = view_at(inputs, layout.seed, {B}, DType::I64);  // U64 bits
-  rows.sample_index = view_at(inputs, layout.sample_index, {B}, DType::I32);
-  rows.prompt_lens = view_at(inputs, layout.prompt_lens, {B}, DType::I32);
+  rows.temperature = byte_view(inputs, layout.temperature, {B}, DType::F32);
+  rows.top_k = byte_view(inputs, layout.top_k, {B}, DType::I32);
+  rows.top_p = byte_view(inputs, layout.top_p, {B}, DType::F32);
+  rows.min_p = byte_view(inputs, layout.min_p, {B}, DType::F32);
+  rows.repetition_penalty = byte_view(inputs, layout.repetition_penalty, {B}, DType::F32);
+  rows.frequency_penalty = byte_view(inputs, layout.frequency_penalty, {B}, DType::F32);
+  rows.presence_penalty = byte_view(inputs, layout.presence_penalty, {B}, DType::F32);
+  rows.seed = byte_view(inputs, layout.seed, {B}, DType::I64);  // U64 bits
+  rows.sample_index = byte_view(inputs, layout.sample_index, {B}, DType::I32);
+  rows.prompt_lens = byte_view(inputs, layout.prompt_lens, {B}, DType::I32);
   if (dims.history_len > 0)
-    rows.history = view_at(inputs, layout.history, {B, dims.history_len}, DType::I32);
+    rows.history = byte_view(inputs, layout.history, {B, dims.history_len}, DType::I32);
   int64_t top_n = 0;
   for (const ScheduledSeq& q : batch.seqs) top_n = std::max<int64_t>(top_n, q.seq->params.logprobs);
   rows.top_n = top_n;

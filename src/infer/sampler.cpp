@@ -3,6 +3,7 @@
 
 #include <chrono>
 
+#include "byte_view.h"
 #include "microllm/ops/penalties.h"
 #include "microllm/ops/sampling.h"
 #if MICROLLM_WITH_CUDA
@@ -26,12 +27,6 @@ struct OutputLayout {
     total = top_logprobs + align(4 * max_seqs * kTop);
   }
 };
-
-Tensor view_at(const Tensor& buffer, int64_t offset, const Shape& shape, DType dtype) {
-  return Tensor::from_storage(buffer.storage(), shape, contiguous_strides(shape),
-                              (buffer.offset() + offset) / static_cast<int64_t>(dtype_size(dtype)),
-                              dtype);
-}
 
 }  // namespace
 
@@ -67,10 +62,7 @@ Sampler::Sampler(Device device, int64_t max_seqs, int64_t vocab_size)
 #if MICROLLM_WITH_CUDA
   if (device.is_cuda()) {
     s.pinned.reserve(static_cast<size_t>(s.layout.total));
-    s.host_outputs =
-        Tensor::from_storage(Storage::wrap(s.pinned.data(), static_cast<size_t>(s.layout.total),
-                                           Device::cpu(), [](void*) {}),
-                             {s.layout.total}, {1}, 0, DType::U8);
+    s.host_outputs = s.pinned.view({s.layout.total}, DType::U8);
   }
 #endif
 }
@@ -92,10 +84,10 @@ const SampledRows& Sampler::sample(const Tensor& logits, const SamplerRows& rows
   MICROLLM_CHECK(B <= s.max_seqs && logits.size(1) == s.vocab && N >= 0 && N <= kTop, "Sampler",
                  "logits ", logits.describe(), " with top ", N, " do not fit a sampler of ",
                  s.max_seqs, " rows and vocabulary ", s.vocab);
-  const Tensor ids = view_at(s.outputs, s.layout.ids, {B}, DType::I32);                 // (B)
-  const Tensor logprob = view_at(s.outputs, s.layout.logprob, {B}, DType::F32);         // (B)
-  const Tensor top_ids = view_at(s.outputs, s.layout.top_ids, {B, N}, DType::I32);      // (B, N)
-  const Tensor top_lp = view_at(s.outputs, s.layout.top_logprobs, {B, N}, DType::F32);  // (B, N)
+  const Tensor ids = byte_view(s.outputs, s.layout.ids, {B}, DType::I32);                 // (B)
+  const Tensor logprob = byte_view(s.outputs, s.layout.logprob, {B}, DType::F32);         // (B)
+  const Tensor top_ids = byte_view(s.outputs, s.layout.top_ids, {B, N}, DType::I32);      // (B, N)
+  const Tensor top_lp = byte_view(s.outputs, s.layout.top_logprobs, {B, N}, DType::F32);  // (B, N)
 
   // Penalties change a copy: the logprobs are those of the raw model distribution.
   Tensor scores = logits;  // (B, V)

@@ -93,8 +93,12 @@ Tensor DecoderStep::forward(
                  c.num_layers, " layers of KV cache, found ", kv.size());
   const double eps = c.rms_norm_eps;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  auto emit = [&](const std::string& name, const Tensor& value) {
+  // Names are built only when someone observes: the step itself makes no strings.
+  auto emit = [&](const char* name, const Tensor& value) {
     if (observe) observe(name, value);
+  };
+  auto emit_layer = [&](int64_t layer, const char* name, const Tensor& value) {
+    if (observe) observe("layers." + std::to_string(layer) + "." + name, value);
   };
   auto rows = [](const Tensor& t, int64_t n) { return t.narrow(0, 0, n); };
   const Tensor ids = rows(batch.token_ids, N);                     // (N)
@@ -117,9 +121,8 @@ Tensor DecoderStep::forward(
   ops::rms_norm_out(x, weights_.layers()[0].input_norm, eps, h);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const LayerWeights& w = weights_.layers()[static_cast<size_t>(i)];
-    const std::string n = "layers." + std::to_string(i) + ".";
-    emit(n + "input", x);
-    emit(n + "attn.norm", h);
+    emit_layer(i, "input", x);
+    emit_layer(i, "attn.norm", h);
     ops::linear_out(h, w.qkv, w.qkv_bias, qkv);
     if (c.qk_norm) {
       const Tensor q_raw = rows(ws.q_raw, N), k_raw = rows(ws.k_raw, N);
@@ -134,33 +137,33 @@ Tensor DecoderStep::forward(
     // Each row is its own (batch, T = 1) for RoPE: (N, H, 1, D) with positions (N, 1).
     ops::rope_out(q.view({N, H, 1, D}), positions, weights_.inv_freq(), q.view({N, H, 1, D}));
     ops::rope_out(k.view({N, Hkv, 1, D}), positions, weights_.inv_freq(), k.view({N, Hkv, 1, D}));
-    emit(n + "attn.q", q);
-    emit(n + "attn.k", k);
-    emit(n + "attn.v", v_part);
+    emit_layer(i, "attn.q", q);
+    emit_layer(i, "attn.k", k);
+    emit_layer(i, "attn.v", v_part);
     const LayerKv& cache = kv[static_cast<size_t>(i)];
     ops::kv_write(k, v_part, slots, cache.k, cache.v);
     ops::paged_attention(q, cache.k, cache.v, rows(batch.query_starts, B + 1),
                          rows(batch.seq_lens, B), rows(batch.block_tables, B), scale, max_seq_len,
                          attn, ws.attention_scratch);
     ops::linear_out(attn.view({N, qd}), w.o_proj, Tensor(), attn_out);
-    emit(n + "attn.out", attn_out);
+    emit_layer(i, "attn.out", attn_out);
     ops::add_rms_norm_out(x, attn_out, w.post_norm, eps, x, h);  // x += attn_out; h = norm(x)
-    emit(n + "attn.residual", x);
-    emit(n + "mlp.norm", h);
+    emit_layer(i, "attn.residual", x);
+    emit_layer(i, "mlp.norm", h);
     // Gate and up from the two row halves of the fused (2F, C) matrix, each dense.
     ops::linear_out(h, w.gate_up.narrow(0, 0, F), Tensor(), gate);
     ops::linear_out(h, w.gate_up.narrow(0, F, F), Tensor(), up);
     ops::swiglu_out(gate, up, act);
-    emit(n + "mlp.act", act);
+    emit_layer(i, "mlp.act", act);
     ops::linear_out(act, w.down, Tensor(), mlp_out);
-    emit(n + "mlp.out", mlp_out);
+    emit_layer(i, "mlp.out", mlp_out);
     // The next norm is fused with this residual add: the next layer's input_layernorm, or
     // the final norm after the last layer.
     const Tensor& next_norm = i + 1 < c.num_layers
                                   ? weights_.layers()[static_cast<size_t>(i + 1)].input_norm
                                   : weights_.final_norm();
     ops::add_rms_norm_out(x, mlp_out, next_norm, eps, x, h);
-    emit(n + "output", x);
+    emit_layer(i, "output", x);
   }
   emit("final_norm", h);
   // The LM head reads only each sequence's last new token.
