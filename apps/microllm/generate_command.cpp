@@ -9,6 +9,7 @@
 #include <string>
 
 #include "commands.h"
+#include "common/json_input.h"
 #include "generation.h"
 
 namespace microllm::app {
@@ -38,11 +39,7 @@ std::vector<int32_t> ids_from_json(const json& value, const std::string& where) 
 }
 
 json parse_json(const std::string& text, const std::string& where) {
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    MICROLLM_FAIL("generate", where, ": not valid JSON (", e.what(), ")");
-  }
+  return apps::parse_json(text, "generate", where);
 }
 
 std::vector<int32_t> encode(const GenerationModel& m, const std::string& text,

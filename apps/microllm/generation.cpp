@@ -1,6 +1,8 @@
 // Shared by generate and chat (see generation.h).
 #include "generation.h"
 
+#include "common/json_input.h"
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -12,19 +14,6 @@
 #include "microllm/serve/text_stream.h"
 
 namespace microllm::app {
-namespace {
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  MICROLLM_CHECK(in.good(), "generate", "cannot read ", path);
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    MICROLLM_FAIL("generate", path, ": not valid JSON (", e.what(), ")");
-  }
-}
-
-}  // namespace
 
 void add_generation_options(CLI::App& cmd, GenerationFlags& f) {
   cmd.add_option("--model", f.model, "Hugging Face style folder (config.json + safetensors)")
@@ -76,8 +65,8 @@ GenerationModel load_generation_model(const GenerationFlags& f) {
   // generation defaults from config.json's keys (GenerationConfig.from_model_config).
   const fs::path gen_path = fs::path(f.model) / "generation_config.json";
   const fs::path source = fs::exists(gen_path) ? gen_path : fs::path(f.model) / "config.json";
-  const infer::GenerationConfig gen =
-      infer::GenerationConfig::from_json(read_json(source.string()), source.string());
+  const infer::GenerationConfig gen = infer::GenerationConfig::from_json(
+      apps::read_json_file(source.string(), "generate"), source.string());
   infer::SamplingParams base;
   base.max_new_tokens = 256;
   m.defaults = infer::defaults_from(gen, base);

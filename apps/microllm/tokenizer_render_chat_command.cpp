@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "common/json_input.h"
 #include "microllm/core/error.h"
 #include "microllm/io/chat_template.h"
 
@@ -50,11 +51,7 @@ std::string read_text(const std::string& path, const char* option) {
 }
 
 json parse_json(const std::string& text, const std::string& where) {
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    MICROLLM_FAIL("render-chat", where, ": not valid JSON (", e.what(), ")");
-  }
+  return apps::parse_json(text, "render-chat", where);
 }
 
 // Per-request fields of a --requests-jsonl line override the command-line defaults.

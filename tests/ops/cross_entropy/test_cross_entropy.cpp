@@ -9,35 +9,15 @@
 
 #include "microllm/ops/ops.h"
 #include "ops/op_test_util.h"
+#include "ops/softmax/softmax_reference.h"
 
 using namespace microllm;
 using microllm::testing::optest::f64;
 using microllm::testing::optest::ids;
 using microllm::testing::optest::randn_tensor;
 
-// The softmax reference of tests/ops/softmax/test_softmax.cpp.
-namespace {
-
-// Softmax of one row, no max subtraction (inputs here are small).
-std::vector<double> ref_softmax(const std::vector<double>& row) {
-  double total = 0.0;
-  for (double v : row) total += std::exp(v);
-  std::vector<double> out;
-  for (double v : row) out.push_back(std::exp(v) / total);
-  return out;
-}
-
-// x (R, N) row-major → softmax / log_softmax of every row.
-std::vector<double> ref_softmax_rows(const std::vector<double>& x, int64_t n, bool log) {
-  std::vector<double> out;
-  for (size_t r = 0; r < x.size() / n; ++r) {
-    std::vector<double> row(x.begin() + r * n, x.begin() + (r + 1) * n);
-    for (double p : ref_softmax(row)) out.push_back(log ? std::log(p) : p);
-  }
-  return out;
-}
-
-}  // namespace
+using microllm::testing::optest::ref_softmax;
+using microllm::testing::optest::ref_softmax_rows;
 
 // ---- forward ---------------------------------------------------------------------------------
 
