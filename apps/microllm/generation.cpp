@@ -47,6 +47,8 @@ void add_generation_options(CLI::App& cmd, GenerationFlags& f) {
   cmd.add_option("--block-size", f.block_size, "tokens per KV block")->capture_default_str();
   cmd.add_option("--prefill-chunk", f.prefill_chunk, "prompt tokens of one sequence per step")
       ->capture_default_str();
+  cmd.add_flag("--no-cuda-graphs", f.no_cuda_graphs,
+               "CUDA: launch every decode step's kernels one by one (same tokens; for debugging)");
 }
 
 GenerationModel load_generation_model(const GenerationFlags& f) {
@@ -104,6 +106,7 @@ infer::EngineOptions engine_options(const GenerationFlags& f, const GenerationMo
   o.prefill_chunk = f.prefill_chunk;
   o.max_num_batched_tokens = std::max<int64_t>(f.prefill_chunk, o.max_num_seqs);
   o.eos_token_ids = m.eos_token_ids;
+  o.cuda_graphs = !f.no_cuda_graphs;
   return o;
 }
 

@@ -39,6 +39,7 @@ struct GenerationFlags {
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
   int64_t logprobs = -1;
+  bool no_cuda_graphs = false;
 };
 
 void add_generation_options(CLI::App& cmd, GenerationFlags& flags);

@@ -8,7 +8,9 @@
 // are prefilled in as few steps as the token budget allows); ttft_ms the time to the first
 // sampled token of the batch; decode_tokens_per_s = B·(T−1) / (time from the last prompt's
 // first token to the end). host_ms_per_step is the engine's host time per step (outside the
-// device wait). Warm-up repetitions run first and are not recorded.
+// device wait). kernels_per_step counts the nodes of a decode step's CUDA graph (with
+// --no-cuda-graphs, of one capture of the eager step: the same kernels, launched one by
+// one). Warm-up repetitions run first and are not recorded.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -36,6 +38,7 @@ struct Options {
   std::string config, out, device = "cuda", dtype = "bf16", kv_dtype;
   int64_t batch = 1, context = 8, new_tokens = 128, warmup = 1, reps = 3, seed = 0;
   double kv_memory_gib = 0.0;
+  bool no_cuda_graphs = false;
 };
 
 double seconds_since(Clock::time_point t) {
@@ -54,6 +57,7 @@ int run(const Options& o) {
   eo.max_model_len = o.context + o.new_tokens + 16;
   eo.max_num_batched_tokens = std::max<int64_t>(o.batch * o.context, o.batch);
   eo.prefill_chunk = o.context;
+  eo.cuda_graphs = !o.no_cuda_graphs;
   eo.kv_memory_bytes = o.kv_memory_gib > 0
                            ? static_cast<int64_t>(o.kv_memory_gib * (1ll << 30))
                            : infer::KvCache::bytes_per_block(config, eo.kv_dtype, eo.block_size) *
@@ -113,11 +117,12 @@ int run(const Options& o) {
                           {"new_tokens", o.new_tokens},
                           {"warmup", o.warmup},
                           {"reps", o.reps},
-                          {"block_size", eo.block_size}}},
+                          {"block_size", eo.block_size},
+                          {"cuda_graphs", device.is_cuda() && eo.cuda_graphs}}},
                         {"samples", samples},
                         {"kv_bytes", engine.kv_cache_bytes()},
                         {"weight_bytes", static_cast<int64_t>(weights->flat().nbytes())},
-                        {"kernels_per_step", nullptr}};
+                        {"kernels_per_step", device.is_cuda() ? nlohmann::json(engine.kernels_per_decode_step(o.batch)) : nlohmann::json(nullptr)}};
 #if MICROLLM_WITH_CUDA
   if (device.is_cuda())
     doc["peak_memory_bytes"] = cuda::allocator_stats(device).peak_allocated_bytes;
@@ -144,6 +149,7 @@ int main(int argc, char** argv) {
   app.add_option("--reps", o.reps)->capture_default_str();
   app.add_option("--seed", o.seed)->capture_default_str();
   app.add_option("--kv-memory", o.kv_memory_gib, "KV cache GiB (default: what the batch needs)");
+  app.add_flag("--no-cuda-graphs", o.no_cuda_graphs, "launch decode steps eagerly");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(o);

@@ -23,6 +23,7 @@ the faster of the two PyTorch peers; ratio_of_medians = microllm median / peer m
                       peer: decode microllm / peer, prefill and TTFT peer / microllm
   memory              peak_memory_bytes and kv_bytes per side; kernels_per_step (microllm)
   errors, checks      per side; the static peer's agreement with HF's ids and with eager
+--modes graphs,eager also runs microllm with --no-cuda-graphs (cases named ...-eager).
 Both programs' raw JSON go to --raw-dir. --quick: the Qwen2.5-0.5B shape, batch 1 and 8,
 context 512, 64 new tokens, 3 repetitions. On a tree without .git set MICROLLM_GIT_COMMIT and
 MICROLLM_GIT_DIRTY (see record.py).
@@ -53,8 +54,12 @@ def ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v]
 
 
-def case_name(model: str, batch: int, context: int, new_tokens: int) -> str:
-    return f"{model}-b{batch}-c{context}-n{new_tokens}"
+MODES = {"graphs": [], "eager": ["--no-cuda-graphs"]}  # microllm decode modes → driver flags
+
+
+def case_name(model: str, batch: int, context: int, new_tokens: int, mode: str = "graphs") -> str:
+    base = f"{model}-b{batch}-c{context}-n{new_tokens}"
+    return base if mode == "graphs" else f"{base}-{mode}"
 
 
 def run_json(name: str, argv: list[str], out: Path, timeout: float) -> tuple[dict | None, str | None]:
@@ -91,7 +96,7 @@ def faster_ratio(ours: float | None, theirs: float | None, higher_is_better: boo
     return ours / theirs if higher_is_better else theirs / ours
 
 
-def build_record(model: str, config_path: str, batch: int, context: int, args, ours: dict | None,
+def build_record(model: str, config_path: str, batch: int, context: int, mode: str, args, ours: dict | None,
                  ours_error: str | None, peers: dict[str, dict | None], peer_errors: dict[str, str | None],
                  commands: dict[str, Any], provenance: dict[str, Any]) -> dict[str, Any]:
     """One record of kind "generate" for a case."""
@@ -109,7 +114,8 @@ def build_record(model: str, config_path: str, batch: int, context: int, args, o
     if PRIMARY_PEER in peers:
         peer_arg = {"name": PEER_NAMES[PRIMARY_PEER], "samples": decode[PRIMARY_PEER]["values"]}
     config = {
-        "case": case_name(model, batch, context, args.new_tokens), "model": model, "config": config_path,
+        "case": case_name(model, batch, context, args.new_tokens, mode), "model": model, "config": config_path,
+        "microllm_mode": mode,
         "model_type": provenance["model_types"].get(model), "dtype": "bf16", "device": "cuda",
         "batch": batch, "context": context, "new_tokens": args.new_tokens,
         "warmup": args.warmup, "reps": args.reps, "hf_reps": args.hf_reps or args.reps,
@@ -162,25 +168,30 @@ def fmt(value: float | None, spec: str) -> str:
 
 
 def table(records: list[dict[str, Any]]) -> str:
-    head = (f"{'model':<30} {'B':>3} {'C':>5} {'microllm tok/s':>14} {'compiled tok/s':>14} {'ratio':>6} "
-            f"{'HF tok/s':>9} {'ratio':>6} {'TTFT ms':>8} {'compiled':>8} {'peak GiB':>8}")
+    head = (f"{'model':<30} {'mode':<6} {'B':>3} {'C':>5} {'microllm tok/s':>14} {'compiled tok/s':>14} "
+            f"{'ratio':>6} {'HF tok/s':>9} {'ratio':>6} {'TTFT ms':>8} {'compiled':>8} {'host ms':>7} "
+            f"{'kernels':>7} {'peak GiB':>8}")
     lines = [head, "-" * len(head)]
     for r in records:
         c, d = r["config"], r["derived"]
         peak = r["memory"]["microllm"]["peak_memory_bytes"]
         lines.append(
-            f"{c['model']:<30} {c['batch']:>3} {c['context']:>5} {fmt(d['microllm_decode_tokens_per_s'], ',.0f'):>14} "
+            f"{c['model']:<30} {c.get('microllm_mode', 'graphs'):<6} {c['batch']:>3} {c['context']:>5} "
+            f"{fmt(d['microllm_decode_tokens_per_s'], ',.0f'):>14} "
             f"{fmt(d.get('static_compiled_decode_tokens_per_s'), ',.0f'):>14} "
             f"{fmt(d.get('decode_tokens_per_s_ratio_vs_static_compiled'), '.2f'):>6} "
             f"{fmt(d.get('hf_generate_decode_tokens_per_s'), ',.0f'):>9} "
             f"{fmt(d.get('decode_tokens_per_s_ratio_vs_hf_generate'), '.2f'):>6} "
             f"{fmt(d['microllm_ttft_ms'], '.1f'):>8} {fmt(d.get('static_compiled_ttft_ms'), '.1f'):>8} "
+            f"{fmt(d.get('microllm_host_ms_per_step'), '.3f'):>7} {fmt(r.get('kernels_per_step'), 'd'):>7} "
             f"{fmt(peak / 2**30 if peak else None, '.2f'):>8}")
         bad = {k: v for k, v in r["errors"].items() if v}
         if bad:
             lines.append(f"    errors: {bad}")
     lines.append("decode tokens/s medians; ratio = microllm / peer tokens/s (> 1: microllm faster); compiled = "
-                 "PyTorch static KV cache under torch.compile reduce-overhead; HF = transformers generate")
+                 "PyTorch static KV cache under torch.compile reduce-overhead; HF = transformers generate; "
+                 "mode: microllm decode with CUDA graphs or eager launches; host ms: microllm's host time "
+                 "per step; kernels: nodes of one decode step")
     return "\n".join(lines)
 
 
@@ -196,6 +207,7 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--hf-reps", type=int, default=3, help="timed runs of HF generate (slow at batch 1)")
     p.add_argument("--peers", default="hf,static", help="torch_generate.py peers: hf, static or both")
+    p.add_argument("--modes", default="graphs", help="microllm decode modes: graphs, eager or both")
     p.add_argument("--skip-torch", action="store_true", help="microllm only (records without a peer)")
     p.add_argument("--quick", action="store_true", help="qwen2.5-0.5b, batch 1,8, context 512, 64 tokens, 3 reps")
     p.add_argument("--python", default=sys.executable, help="interpreter with torch + transformers")
@@ -211,6 +223,10 @@ def parse_args(argv: list[str] | None = None):
         args.new_tokens, args.reps, args.hf_reps, args.warmup = 64, 3, 3, 1
     args.models = [m for m in args.models.split(",") if m]
     args.batch, args.context = ints(args.batch), ints(args.context)
+    args.modes = [m for m in args.modes.split(",") if m]
+    unknown = [m for m in args.modes if m not in MODES]
+    if unknown:
+        p.error(f"--modes takes {', '.join(MODES)}, found {', '.join(unknown)}")
     return args
 
 
@@ -241,14 +257,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"run_generate_bench: {path}: {e}", file=sys.stderr)
             return 2
         ours = {}
-        for b in args.batch:
-            for c in args.context:
-                out = raw_dir / f"microllm-{case_name(name, b, c, args.new_tokens)}.json"
-                argv = [args.bench, "--config", str(path), "--dtype", "bf16", "--device", "cuda", "--batch", str(b),
-                        "--context", str(c), "--new-tokens", str(args.new_tokens), "--warmup", str(args.warmup),
-                        "--reps", str(args.reps), "--out", str(out)]
-                doc, error = run_json("microllm_bench_generate", argv, out, args.case_timeout)
-                ours[(b, c)] = (doc, error, argv)
+        for mode in args.modes:
+            for b in args.batch:
+                for c in args.context:
+                    out = raw_dir / f"microllm-{case_name(name, b, c, args.new_tokens, mode)}.json"
+                    argv = [args.bench, "--config", str(path), "--dtype", "bf16", "--device", "cuda",
+                            "--batch", str(b), "--context", str(c), "--new-tokens", str(args.new_tokens),
+                            "--warmup", str(args.warmup), "--reps", str(args.reps), "--out", str(out),
+                            *MODES[mode]]
+                    doc, error = run_json("microllm_bench_generate", argv, out, args.case_timeout)
+                    ours[(mode, b, c)] = (doc, error, argv)
         peer_doc, peer_error, peer_argv = None, "skipped (--skip-torch)", None
         if not args.skip_torch:
             out = raw_dir / f"torch-{name}.json"
@@ -258,13 +276,13 @@ def main(argv: list[str] | None = None) -> int:
                          "--reps", str(args.reps), "--hf-reps", str(args.hf_reps), "--peers", args.peers,
                          "--out", str(out)]
             peer_doc, peer_error = run_json("torch_generate.py", peer_argv, out, args.torch_timeout)
-        for (b, c), (doc, error, argv) in ours.items():
-            results.append((name, str(path), b, c, doc, error, argv, peer_doc, peer_error, peer_argv))
+        for (mode, b, c), (doc, error, argv) in ours.items():
+            results.append((name, str(path), mode, b, c, doc, error, argv, peer_doc, peer_error, peer_argv))
 
     host = record.host_info()
     created = record.utc_now()
     records, failed = [], False
-    for name, path, b, c, doc, error, argv, peer_doc, peer_error, peer_argv in results:
+    for name, path, mode, b, c, doc, error, argv, peer_doc, peer_error, peer_argv in results:
         peers: dict[str, dict | None] = {}
         peer_errors: dict[str, str | None] = {}
         if not args.skip_torch:
@@ -277,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         versions = dict((peer_doc or {}).get("versions") or {})
         provenance = {"host": host, "git": git, "created": created, "versions": versions, "model_types": model_types}
         commands = {"microllm": argv, "torch": peer_argv}
-        rec = build_record(name, path, b, c, args, doc, error, peers, peer_errors, commands, provenance)
+        rec = build_record(name, path, b, c, mode, args, doc, error, peers, peer_errors, commands, provenance)
         problems = record.validate(rec)
         if problems:
             print(f"run_generate_bench: {rec['config']['case']}: invalid record: {problems}", file=sys.stderr)

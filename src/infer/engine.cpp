@@ -6,12 +6,14 @@
 
 #include "byte_view.h"
 #include "microllm/autograd/node.h"
+#include "microllm/infer/decode_graphs.h"
 #include "microllm/infer/kv_cache.h"
 #include "microllm/infer/sampler.h"
 #include "microllm/infer/scheduler.h"
 #include "microllm/infer/step_inputs.h"
 #include "microllm/model/decoder_step.h"
 #include "microllm/ops/gemm_mode.h"
+#include "microllm/ops/sampling.h"
 #if MICROLLM_WITH_CUDA
 #include <cuda_runtime_api.h>
 
@@ -47,6 +49,14 @@ class HostBuffer {
     return {static_cast<std::byte*>(tensor_.raw_data()), static_cast<size_t>(n)};
   }
   const Tensor& tensor() const { return tensor_; }
+  // The first dst.nbytes() bytes → the device buffer dst, asynchronously (CUDA only).
+  void upload(const Tensor& dst) const {
+#if MICROLLM_WITH_CUDA
+    pinned_.upload(dst);
+#else
+    MICROLLM_FAIL("Engine", "no CUDA in this build to upload ", dst.describe());
+#endif
+  }
 
  private:
   Device device_;
@@ -98,9 +108,75 @@ struct Engine::State {
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<HostBuffer> host_inputs;
   Tensor device_inputs;  // (bytes) U8, the device copy of the packed step
+  Tensor graph_inputs;   // (bytes) U8, the device buffer the decode graphs read (never moves)
+  std::vector<int64_t> buckets;  // decode graph buckets; empty: no graphs
+#if MICROLLM_WITH_CUDA
+  std::unique_ptr<DecodeGraphs> graphs;
+#endif
   int64_t next_id = 0;
   EngineStats stats;
 };
+
+namespace {
+
+// A packed step's buffer (host bytes on the CPU, their device copy on CUDA) as the model's
+// and the sampler's inputs, at the offsets of `layout`.
+struct StepViews {
+  model::StepBatch batch;
+  SamplerRows rows;
+};
+
+StepViews step_views(const Tensor& inputs, const StepLayout& layout, int64_t top_n,
+                     int64_t max_seq_len) {
+  const int64_t N = layout.dims.num_tokens, B = layout.dims.num_seqs, M = layout.dims.max_blocks;
+  StepViews v;
+  model::StepBatch& sb = v.batch;
+  sb.token_ids = byte_view(inputs, layout.token_ids, {N}, DType::I32);
+  sb.positions = byte_view(inputs, layout.positions, {N}, DType::I32);
+  sb.slot_mapping = byte_view(inputs, layout.slot_mapping, {N}, DType::I32);
+  sb.query_starts = byte_view(inputs, layout.query_starts, {B + 1}, DType::I32);
+  sb.seq_lens = byte_view(inputs, layout.seq_lens, {B}, DType::I32);
+  sb.block_tables = byte_view(inputs, layout.block_tables, {B, M}, DType::I32);
+  sb.last_rows = byte_view(inputs, layout.last_rows, {B}, DType::I32);
+  sb.num_tokens = N;
+  sb.num_seqs = B;
+  sb.max_seq_len = max_seq_len;
+  SamplerRows& rows = v.rows;
+  rows.temperature = byte_view(inputs, layout.temperature, {B}, DType::F32);
+  rows.top_k = byte_view(inputs, layout.top_k, {B}, DType::I32);
+  rows.top_p = byte_view(inputs, layout.top_p, {B}, DType::F32);
+  rows.min_p = byte_view(inputs, layout.min_p, {B}, DType::F32);
+  rows.repetition_penalty = byte_view(inputs, layout.repetition_penalty, {B}, DType::F32);
+  rows.frequency_penalty = byte_view(inputs, layout.frequency_penalty, {B}, DType::F32);
+  rows.presence_penalty = byte_view(inputs, layout.presence_penalty, {B}, DType::F32);
+  rows.seed = byte_view(inputs, layout.seed, {B}, DType::I64);  // U64 bits
+  rows.sample_index = byte_view(inputs, layout.sample_index, {B}, DType::I32);
+  rows.prompt_lens = byte_view(inputs, layout.prompt_lens, {B}, DType::I32);
+  if (layout.dims.history_len > 0)
+    rows.history = byte_view(inputs, layout.history, {B, layout.dims.history_len}, DType::I32);
+  rows.top_n = top_n;
+  return v;
+}
+
+// The layout of a decode step padded to a graph bucket of B sequences.
+[[maybe_unused]] StepLayout bucket_layout(int64_t bucket, int64_t max_blocks) {
+  return step_layout({bucket, bucket, max_blocks, /*history_len=*/0});
+}
+
+// Launches one step: the model over the packed inputs, then the sampler. The GEMM mode and
+// autograd are set by the caller.
+void launch_step(const model::DecoderStep& step, const KvCache& kv, Sampler& sampler,
+                 const StepViews& v) {
+  const Tensor logits = step.forward(v.batch, kv.layers());  // (B, V)
+  sampler.enqueue(logits, v.rows);
+}
+
+ops::GemmMode engine_gemm_mode(const EngineOptions& o) {
+  // Batch-invariant GEMMs: a row's logits do not depend on how many rows share the step.
+  return o.batch_invariant ? ops::GemmMode::batch_invariant : ops::gemm_mode();
+}
+
+}  // namespace
 
 Engine::Engine(std::shared_ptr<const model::ModelWeights> weights, EngineOptions options)
     : state_(std::make_unique<State>()) {
@@ -145,6 +221,21 @@ Engine::Engine(std::shared_ptr<const model::ModelWeights> weights, EngineOptions
       step_layout({max_tokens, o.max_num_seqs, s.max_blocks_per_seq, /*history_len=*/0});
   s.host_inputs = std::make_unique<HostBuffer>(device, largest.total_bytes);
   s.device_inputs = Tensor::empty({largest.total_bytes}, DType::U8, device);  // (bytes)
+#if MICROLLM_WITH_CUDA
+  if (device.is_cuda() && o.cuda_graphs) {
+    s.buckets = decode_buckets(o.max_num_seqs);
+    const int64_t bytes = bucket_layout(s.buckets.back(), s.max_blocks_per_seq).total_bytes;
+    s.graph_inputs = Tensor::empty({bytes}, DType::U8, device);  // (bytes)
+    autograd::NoGradGuard no_grad;
+    const ops::GemmModeGuard gemm_mode(engine_gemm_mode(o));
+    s.graphs = std::make_unique<DecodeGraphs>(
+        device, s.buckets, [&s](int64_t bucket, int64_t top_n) {
+          const StepLayout layout = bucket_layout(bucket, s.max_blocks_per_seq);
+          launch_step(*s.step, *s.kv, *s.sampler,
+                      step_views(s.graph_inputs, layout, top_n, /*max_seq_len=*/0));
+        });
+  }
+#endif
 }
 
 Engine::~Engine() = default;
@@ -175,64 +266,52 @@ bool Engine::has_unfinished() const { return state_->scheduler->has_unfinished()
 std::vector<TokenOutput> Engine::step() {
   State& s = *state_;
   autograd::NoGradGuard no_grad;
-  // Batch-invariant GEMMs: a row's logits do not depend on how many rows share the step.
-  const ops::GemmModeGuard gemm_mode(s.options.batch_invariant ? ops::GemmMode::batch_invariant
-                                                               : ops::gemm_mode());
+  const ops::GemmModeGuard gemm_mode(engine_gemm_mode(s.options));
   const auto start = std::chrono::steady_clock::now();
   const ScheduledBatch batch = s.scheduler->schedule();
   if (batch.empty()) return {};
   const Device device = s.weights->device();
+  int64_t top_n = 0;
+  for (const ScheduledSeq& q : batch.seqs) top_n = std::max<int64_t>(top_n, q.seq->params.logprobs);
 
-  // 1. Pack the step into the host buffer; one copy to the device.
-  const StepDims dims = step_dims(batch, {0, 0, s.max_blocks_per_seq, -1});
+  // 1. Pack the step into the host buffer (padded to a graph bucket when one serves it).
+  StepDims dims = step_dims(batch, {0, 0, s.max_blocks_per_seq, -1});
+  const int64_t B = dims.num_seqs;
+  const int64_t bucket = graphable_step(dims.num_tokens, B, dims.history_len)
+                             ? bucket_for(s.buckets, B)
+                             : 0;  // 0: eager
+  if (bucket > 0) dims = step_dims(batch, {bucket, bucket, s.max_blocks_per_seq, 0});
   const StepLayout layout = step_layout(dims);
   s.host_inputs->reserve(layout.total_bytes);
   pack_step(batch, static_cast<int32_t>(s.options.block_size), layout,
             s.host_inputs->bytes(layout.total_bytes));
-  Tensor inputs = s.host_inputs->tensor();  // CPU: the packed bytes themselves
-  if (device.is_cuda()) {
-    if (s.device_inputs.numel() < layout.total_bytes)
-      s.device_inputs = Tensor::empty({layout.total_bytes}, DType::U8, device);  // (bytes)
-    s.device_inputs.narrow(0, 0, layout.total_bytes)
-        .copy_from(s.host_inputs->tensor().narrow(0, 0, layout.total_bytes));
-    inputs = s.device_inputs;
-  }
-  const int64_t N = dims.num_tokens, B = dims.num_seqs, M = dims.max_blocks;
-  model::StepBatch sb;
-  sb.token_ids = byte_view(inputs, layout.token_ids, {N}, DType::I32);
-  sb.positions = byte_view(inputs, layout.positions, {N}, DType::I32);
-  sb.slot_mapping = byte_view(inputs, layout.slot_mapping, {N}, DType::I32);
-  sb.query_starts = byte_view(inputs, layout.query_starts, {B + 1}, DType::I32);
-  sb.seq_lens = byte_view(inputs, layout.seq_lens, {B}, DType::I32);
-  sb.block_tables = byte_view(inputs, layout.block_tables, {B, M}, DType::I32);
-  sb.last_rows = byte_view(inputs, layout.last_rows, {B}, DType::I32);
-  sb.num_tokens = N;
-  sb.num_seqs = B;
-  for (const ScheduledSeq& q : batch.seqs)
-    sb.max_seq_len = std::max(sb.max_seq_len, q.start_position + q.num_new_tokens);
 
-  // 2. The model, then penalties, sampling and logprobs on the device.
-  const Tensor logits = s.step->forward(sb, s.kv->layers());  // (B, V)
-  SamplerRows rows;
-  rows.temperature = byte_view(inputs, layout.temperature, {B}, DType::F32);
-  rows.top_k = byte_view(inputs, layout.top_k, {B}, DType::I32);
-  rows.top_p = byte_view(inputs, layout.top_p, {B}, DType::F32);
-  rows.min_p = byte_view(inputs, layout.min_p, {B}, DType::F32);
-  rows.repetition_penalty = byte_view(inputs, layout.repetition_penalty, {B}, DType::F32);
-  rows.frequency_penalty = byte_view(inputs, layout.frequency_penalty, {B}, DType::F32);
-  rows.presence_penalty = byte_view(inputs, layout.presence_penalty, {B}, DType::F32);
-  rows.seed = byte_view(inputs, layout.seed, {B}, DType::I64);  // U64 bits
-  rows.sample_index = byte_view(inputs, layout.sample_index, {B}, DType::I32);
-  rows.prompt_lens = byte_view(inputs, layout.prompt_lens, {B}, DType::I32);
-  if (dims.history_len > 0)
-    rows.history = byte_view(inputs, layout.history, {B, dims.history_len}, DType::I32);
-  int64_t top_n = 0;
-  for (const ScheduledSeq& q : batch.seqs) top_n = std::max<int64_t>(top_n, q.seq->params.logprobs);
-  rows.top_n = top_n;
-  const SampledRows& sampled = s.sampler->sample(logits, rows);  // host copies, after one wait
+  // 2. One copy to the device; the model, penalties, sampling and logprobs there (a graph
+  //    replay or eager launches); one copy back and one wait.
+  const SampledRows* sampled = nullptr;
+  if (bucket > 0) {
+#if MICROLLM_WITH_CUDA
+    s.host_inputs->upload(s.graph_inputs.narrow(0, 0, layout.total_bytes));
+    s.graphs->replay(bucket, top_n > 0);
+    sampled = &s.sampler->collect(B, top_n > 0 ? ops::kMaxTopLogprobs : 0);
+#endif
+  } else {
+    Tensor inputs = s.host_inputs->tensor();  // CPU: the packed bytes themselves
+    if (device.is_cuda()) {
+      if (s.device_inputs.numel() < layout.total_bytes)
+        s.device_inputs = Tensor::empty({layout.total_bytes}, DType::U8, device);  // (bytes)
+      s.host_inputs->upload(s.device_inputs.narrow(0, 0, layout.total_bytes));
+      inputs = s.device_inputs;
+    }
+    int64_t max_seq_len = 0;
+    for (const ScheduledSeq& q : batch.seqs)
+      max_seq_len = std::max(max_seq_len, q.start_position + q.num_new_tokens);
+    launch_step(*s.step, *s.kv, *s.sampler, step_views(inputs, layout, top_n, max_seq_len));
+    sampled = &s.sampler->collect(B, top_n);
+  }
 
   // 3. Hand the ids to the scheduler; report the rows that sampled.
-  std::vector<int32_t> ids(sampled.ids.begin(), sampled.ids.begin() + B);
+  std::vector<int32_t> ids(sampled->ids.begin(), sampled->ids.begin() + B);
   std::vector<TokenOutput> out;
   for (int64_t b = 0; b < B; ++b) {
     const ScheduledSeq& q = batch.seqs[static_cast<size_t>(b)];
@@ -240,11 +319,12 @@ std::vector<TokenOutput> Engine::step() {
     TokenOutput t;
     t.request_id = q.seq_id;
     t.token = ids[static_cast<size_t>(b)];
-    t.logprob = sampled.logprob[static_cast<size_t>(b)];
+    t.logprob = sampled->logprob[static_cast<size_t>(b)];
     const int32_t n = q.seq->params.logprobs;
     for (int32_t j = 0; j < n; ++j)
-      t.top_logprobs.push_back({sampled.top_ids[static_cast<size_t>(b * sampled.top_n + j)],
-                                sampled.top_logprobs[static_cast<size_t>(b * sampled.top_n + j)]});
+      t.top_logprobs.push_back(
+          {sampled->top_ids[static_cast<size_t>(b * sampled->top_n + j)],
+           sampled->top_logprobs[static_cast<size_t>(b * sampled->top_n + j)]});
     out.push_back(std::move(t));
   }
   for (const ScheduledSeq& q : batch.seqs)  // prefill (and recompute) tokens of the step
@@ -263,7 +343,30 @@ std::vector<TokenOutput> Engine::step() {
   s.stats.host_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() -
       s.sampler->last_wait_seconds();
+  if (bucket > 0) s.stats.graph_steps += 1;
   return out;
+}
+
+int64_t Engine::kernels_per_decode_step(int64_t num_seqs) const {
+  const State& s = *state_;
+  MICROLLM_CHECK(num_seqs >= 1 && num_seqs <= s.options.max_num_seqs, "Engine",
+                 "a decode step of ", num_seqs, " sequences is outside [1, ",
+                 s.options.max_num_seqs, "]");
+#if MICROLLM_WITH_CUDA
+  if (s.weights->device().is_cuda()) {
+    if (s.graphs) return s.graphs->num_nodes(bucket_for(s.buckets, num_seqs));
+    // The eager path launches what a graph of the unpadded step would hold: count one
+    // capture of it (never replayed, so the buffer's contents do not matter).
+    autograd::NoGradGuard no_grad;
+    const ops::GemmModeGuard gemm_mode(engine_gemm_mode(s.options));
+    const StepLayout layout = bucket_layout(num_seqs, s.max_blocks_per_seq);
+    return DecodeGraphs::count_nodes(s.weights->device(), [&] {
+      launch_step(*s.step, *s.kv, *s.sampler,
+                  step_views(s.device_inputs, layout, 0, s.max_model_len));
+    });
+  }
+#endif
+  return 0;
 }
 
 const EngineStats& Engine::stats() const { return state_->stats; }

@@ -2,12 +2,14 @@
 #include "microllm/infer/sampler.h"
 
 #include <chrono>
+#include <optional>
 
 #include "byte_view.h"
 #include "microllm/ops/penalties.h"
 #include "microllm/ops/sampling.h"
 #if MICROLLM_WITH_CUDA
 #include "microllm/cuda/pinned.h"
+#include "microllm/cuda/runtime.h"
 #endif
 
 namespace microllm::infer {
@@ -42,6 +44,9 @@ struct Sampler::State {
 #if MICROLLM_WITH_CUDA
   cuda::PinnedBuffer pinned;
 #endif
+#if MICROLLM_WITH_CUDA
+  std::optional<cuda::Event> done;  // CUDA: recorded after the outputs' copy to the host
+#endif
   SampledRows rows;
   double wait_seconds = 0.0;
 };
@@ -63,6 +68,8 @@ Sampler::Sampler(Device device, int64_t max_seqs, int64_t vocab_size)
   if (device.is_cuda()) {
     s.pinned.reserve(static_cast<size_t>(s.layout.total));
     s.host_outputs = s.pinned.view({s.layout.total}, DType::U8);
+    cuda::set_device(device);
+    s.done.emplace();
   }
 #endif
 }
@@ -78,7 +85,7 @@ int64_t Sampler::workspace_bytes() const {
 
 double Sampler::last_wait_seconds() const { return state_->wait_seconds; }
 
-const SampledRows& Sampler::sample(const Tensor& logits, const SamplerRows& rows) {
+void Sampler::enqueue(const Tensor& logits, const SamplerRows& rows) {
   State& s = *state_;
   const int64_t B = logits.size(0), N = rows.top_n;
   MICROLLM_CHECK(B <= s.max_seqs && logits.size(1) == s.vocab && N >= 0 && N <= kTop, "Sampler",
@@ -110,10 +117,24 @@ const SampledRows& Sampler::sample(const Tensor& logits, const SamplerRows& rows
   params.position = rows.sample_index;
   ops::sample(scores, params, ids, s.sample_scratch);
   ops::logprobs(logits, ids, logprob, N > 0 ? top_ids : Tensor(), N > 0 ? top_lp : Tensor());
+#if MICROLLM_WITH_CUDA
+  // One device→host copy of every output, asynchronous; collect() waits for it.
+  if (s.device.is_cuda()) s.pinned.download(s.outputs);
+#endif
+}
 
-  // One device→host copy of every output; the host waits for it once.
+const SampledRows& Sampler::collect(int64_t num_rows, int64_t top_n) {
+  State& s = *state_;
+  MICROLLM_CHECK(num_rows >= 0 && num_rows <= s.max_seqs && top_n >= 0 && top_n <= kTop, "Sampler",
+                 "collect of ", num_rows, " rows with top ", top_n, " from a sampler of ",
+                 s.max_seqs, " rows");
   const auto start = std::chrono::steady_clock::now();
-  if (s.device.is_cuda()) s.host_outputs.copy_from(s.outputs);
+#if MICROLLM_WITH_CUDA
+  if (s.device.is_cuda()) {
+    s.done->record(cuda::current_stream(s.device));
+    s.done->synchronize();
+  }
+#endif
   s.wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const auto* base = static_cast<const std::byte*>(s.host_outputs.raw_data());
   auto span_i32 = [&](int64_t offset, int64_t n) {
@@ -124,12 +145,17 @@ const SampledRows& Sampler::sample(const Tensor& logits, const SamplerRows& rows
     return std::span<const float>(reinterpret_cast<const float*>(base + offset),
                                   static_cast<size_t>(n));
   };
-  s.rows.ids = span_i32(s.layout.ids, B);
-  s.rows.logprob = span_f32(s.layout.logprob, B);
-  s.rows.top_ids = span_i32(s.layout.top_ids, B * N);
-  s.rows.top_logprobs = span_f32(s.layout.top_logprobs, B * N);
-  s.rows.top_n = N;
+  s.rows.ids = span_i32(s.layout.ids, num_rows);
+  s.rows.logprob = span_f32(s.layout.logprob, num_rows);
+  s.rows.top_ids = span_i32(s.layout.top_ids, num_rows * top_n);
+  s.rows.top_logprobs = span_f32(s.layout.top_logprobs, num_rows * top_n);
+  s.rows.top_n = top_n;
   return s.rows;
+}
+
+const SampledRows& Sampler::sample(const Tensor& logits, const SamplerRows& rows) {
+  enqueue(logits, rows);
+  return collect(logits.size(0), rows.top_n);
 }
 
 }  // namespace microllm::infer

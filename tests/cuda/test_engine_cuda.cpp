@@ -52,27 +52,42 @@ std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
 struct Generated {
   std::vector<std::vector<int32_t>> ids;
   std::vector<std::vector<float>> logprobs;
+  std::vector<std::vector<std::vector<std::pair<int32_t, float>>>> top;  // [prompt][token]
+  int64_t graph_steps = 0;
 };
 
+// Generates every prompt with its own parameters (params[i], or params[0] for all).
 Generated generate(const std::shared_ptr<const ModelWeights>& w,
                    const std::vector<std::vector<int32_t>>& prompts,
-                   const infer::SamplingParams& params) {
+                   const std::vector<infer::SamplingParams>& params, bool cuda_graphs = true) {
   infer::EngineOptions options;
   options.kv_memory_bytes = 64 << 20;
   options.prefill_chunk = 64;
+  options.max_num_seqs = 16;
+  options.cuda_graphs = cuda_graphs;
   infer::Engine engine(w, options);
   std::map<int64_t, size_t> index;
-  for (size_t i = 0; i < prompts.size(); ++i) index[engine.add_request(prompts[i], params)] = i;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    index[engine.add_request(prompts[i], params[params.size() == 1 ? 0 : i])] = i;
   Generated out;
   out.ids.resize(prompts.size());
   out.logprobs.resize(prompts.size());
+  out.top.resize(prompts.size());
   while (engine.has_unfinished())
     for (const infer::TokenOutput& t : engine.step()) {
       out.ids[index.at(t.request_id)].push_back(t.token);
       out.logprobs[index.at(t.request_id)].push_back(t.logprob);
+      out.top[index.at(t.request_id)].push_back(t.top_logprobs);
     }
   EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks());
+  out.graph_steps = engine.stats().graph_steps;
   return out;
+}
+
+Generated generate(const std::shared_ptr<const ModelWeights>& w,
+                   const std::vector<std::vector<int32_t>>& prompts,
+                   const infer::SamplingParams& params, bool cuda_graphs = true) {
+  return generate(w, prompts, std::vector<infer::SamplingParams>{params}, cuda_graphs);
 }
 
 const model::Family kFamilies[] = {model::Family::Qwen2, model::Family::Llama,
@@ -167,13 +182,14 @@ TEST(EngineCuda, Bf16StepIsCloseToTheF32Reference) {
   for (const auto& [id, lp] : out[0].top_logprobs) EXPECT_TRUE(top10.count(id)) << id;
 }
 
-TEST(EngineCuda, SteadyDecodeStepIsOneCopyEachWayOneSyncNoAllocation) {
+TEST(EngineCuda, EagerSteadyDecodeStepIsOneCopyEachWayOneSyncNoAllocation) {
   MICROLLM_REQUIRE_CUDA();
   const ModelConfig c = cuda_config(model::Family::Llama);
   auto w = std::make_shared<const ModelWeights>(
       ModelWeights::random(c, Device::cuda(0), DType::BF16, 2, 0.1));
   infer::EngineOptions options;
   options.kv_memory_bytes = 16 << 20;
+  options.cuda_graphs = false;
   infer::Engine engine(w, options);
   infer::SamplingParams params;
   params.temperature = 0.7f;
@@ -193,4 +209,105 @@ TEST(EngineCuda, SteadyDecodeStepIsOneCopyEachWayOneSyncNoAllocation) {
   EXPECT_EQ(t1.host_synchronizations - t0.host_synchronizations, 1);
   EXPECT_EQ(a1.allocations - a0.allocations, 0);
   EXPECT_EQ(a1.backend_mallocs - a0.backend_mallocs, 0);
+}
+
+TEST(EngineCuda, GraphDecodeGivesTheBitsOfEagerDecode) {
+  MICROLLM_REQUIRE_CUDA();
+  for (model::Family family : kFamilies)
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      const ModelConfig c = cuda_config(family);
+      auto w = std::make_shared<const ModelWeights>(
+          ModelWeights::random(c, Device::cuda(0), dtype, 6, 0.1));
+      // 1, 3 and 11 prompts: graph buckets 1, 4 and 16, so padded rows run along.
+      for (int64_t n : {1, 3, 11}) {
+        std::vector<std::vector<int32_t>> prompts;
+        std::vector<infer::SamplingParams> params;
+        for (int64_t i = 0; i < n; ++i) {
+          prompts.push_back(random_ids(2 + 13 * i, c.vocab_size, 100 + static_cast<uint64_t>(i)));
+          infer::SamplingParams p;
+          p.max_new_tokens = 10 + i % 4;  // sequences finish at different steps
+          p.ignore_eos = true;
+          p.temperature = i % 3 == 0 ? 0.0f : 0.8f;
+          p.top_k = i % 2 == 0 ? 0 : 50;
+          p.top_p = i % 4 == 1 ? 0.9f : 1.0f;
+          p.min_p = i % 5 == 2 ? 0.05f : 0.0f;
+          p.seed = 7 + static_cast<uint64_t>(i);
+          p.logprobs = i % 3 == 1 ? 3 : 0;  // some steps replay the graph with logprobs
+          params.push_back(p);
+        }
+        const Generated graphs = generate(w, prompts, params, true);
+        const Generated eager = generate(w, prompts, params, false);
+        const std::string where = std::string(dtype_name(dtype)) + " family " +
+                                  std::to_string(static_cast<int>(family)) + " batch " +
+                                  std::to_string(n);
+        EXPECT_GT(graphs.graph_steps, 0) << where;
+        EXPECT_EQ(eager.graph_steps, 0) << where;
+        EXPECT_EQ(graphs.ids, eager.ids) << where;
+        EXPECT_EQ(graphs.logprobs, eager.logprobs) << where;
+        EXPECT_EQ(graphs.top, eager.top) << where;
+      }
+    }
+}
+
+TEST(EngineCuda, PenaltyRowsRunEagerlyWithTheSameTokens) {
+  MICROLLM_REQUIRE_CUDA();
+  const ModelConfig c = cuda_config(model::Family::Qwen2);
+  auto w = std::make_shared<const ModelWeights>(
+      ModelWeights::random(c, Device::cuda(0), DType::BF16, 9, 0.1));
+  const std::vector<std::vector<int32_t>> prompts = {random_ids(9, c.vocab_size, 1),
+                                                     random_ids(30, c.vocab_size, 2)};
+  infer::SamplingParams plain;
+  plain.temperature = 0.0f;
+  plain.max_new_tokens = 12;
+  plain.ignore_eos = true;
+  infer::SamplingParams penalized = plain;
+  penalized.repetition_penalty = 1.3f;
+  const Generated graphs = generate(w, prompts, {plain, penalized}, true);
+  const Generated eager = generate(w, prompts, {plain, penalized}, false);
+  EXPECT_EQ(graphs.ids, eager.ids);
+  EXPECT_EQ(graphs.logprobs, eager.logprobs);
+  EXPECT_EQ(graphs.graph_steps, 0);  // every decode step had a penalized row
+  // Alone, the plain prompt's decode steps replay graphs and give the same tokens.
+  const Generated alone = generate(w, {prompts[0]}, plain, true);
+  EXPECT_GT(alone.graph_steps, 0);
+  EXPECT_EQ(alone.ids[0], eager.ids[0]);
+}
+
+TEST(EngineCuda, GraphDecodeStepIsOneUploadOneSyncNoAllocation) {
+  MICROLLM_REQUIRE_CUDA();
+  const ModelConfig c = cuda_config(model::Family::Llama);
+  auto w = std::make_shared<const ModelWeights>(
+      ModelWeights::random(c, Device::cuda(0), DType::BF16, 2, 0.1));
+  infer::EngineOptions options;
+  options.kv_memory_bytes = 16 << 20;
+  options.max_num_seqs = 8;
+  infer::Engine engine(w, options);
+  infer::SamplingParams params;
+  params.temperature = 0.7f;
+  params.top_k = 40;
+  params.max_new_tokens = 64;
+  params.ignore_eos = true;
+  for (uint64_t i = 0; i < 3; ++i) engine.add_request(random_ids(20 + i, c.vocab_size, i), params);
+  for (int i = 0; i < 4; ++i) engine.step();  // prefill and warm-up decode steps
+  const int64_t graph_steps = engine.stats().graph_steps;
+  const cuda::TransferStats t0 = cuda::transfer_stats();
+  const cuda::AllocatorStats a0 = cuda::allocator_stats(Device::cuda(0));
+  const std::vector<infer::TokenOutput> out = engine.step();
+  const cuda::TransferStats t1 = cuda::transfer_stats();
+  const cuda::AllocatorStats a1 = cuda::allocator_stats(Device::cuda(0));
+  EXPECT_EQ(out.size(), 3u);
+  EXPECT_EQ(engine.stats().graph_steps, graph_steps + 1);
+  EXPECT_EQ(t1.h2d_calls - t0.h2d_calls, 1);
+  EXPECT_EQ(t1.d2h_calls - t0.d2h_calls, 0);  // the download is a node of the graph
+  EXPECT_EQ(t1.host_synchronizations - t0.host_synchronizations, 1);
+  EXPECT_EQ(a1.allocations - a0.allocations, 0);
+  EXPECT_EQ(a1.backend_mallocs - a0.backend_mallocs, 0);
+  // The graph holds the kernels one eager step of the bucket launches.
+  infer::EngineOptions eager_options = options;
+  eager_options.cuda_graphs = false;
+  const infer::Engine eager(w, eager_options);
+  const int64_t nodes = engine.kernels_per_decode_step(3);
+  EXPECT_GT(nodes, 10 * c.num_layers);
+  EXPECT_EQ(nodes, engine.kernels_per_decode_step(4));  // 3 sequences pad to bucket 4
+  EXPECT_EQ(nodes, eager.kernels_per_decode_step(4));
 }

@@ -98,30 +98,36 @@ def tokenizer_table(records: list[dict]) -> str:
 
 
 def generate_table(records: list[dict]) -> str:
-    """Decode throughput per (model shape, batch, context), from run_generate_bench.py's
-    records; ratios > 1 mean microllm is faster (decode: microllm / PyTorch tokens/s)."""
-    lines = ["| model shape | batch | context | new tokens | microllm tokens/s | PyTorch compiled tokens/s | "
-             "microllm / PyTorch | HF generate tokens/s | microllm / HF | TTFT microllm / PyTorch | "
-             "microllm peak | commit |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    """Decode throughput per (model shape, batch, context, decode mode), from
+    run_generate_bench.py's records; ratios > 1 mean microllm is faster (decode: microllm /
+    PyTorch tokens/s). Records made before CUDA-graph decode existed carry no mode: eager."""
+    lines = ["| model shape | batch | context | new tokens | decode | microllm tokens/s | "
+             "PyTorch compiled tokens/s | microllm / PyTorch | HF generate tokens/s | microllm / HF | "
+             "TTFT microllm / PyTorch | host ms / step | kernels / step | microllm peak | commit |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def num(value, spec):
         return "—" if value is None else format(value, spec)
-    for r in sorted(records, key=lambda r: (r["config"]["model"], r["config"]["batch"], r["config"]["context"])):
+
+    def mode(r):
+        return r["config"].get("microllm_mode", "eager")
+    for r in sorted(records, key=lambda r: (r["config"]["model"], r["config"]["batch"], r["config"]["context"],
+                                            mode(r) != "graphs")):
         c, d = r["config"], r["derived"]
         peak = (r.get("memory") or {}).get("microllm", {}).get("peak_memory_bytes")
         ttft = (f"{num(d.get('microllm_ttft_ms'), '.1f')} / {num(d.get('static_compiled_ttft_ms'), '.1f')} ms"
                 if d.get("microllm_ttft_ms") is not None else "—")
         ratio = (r.get("ratio_of_medians") or {}).get("value")
         lines.append(
-            f"| {c['model']} | {c['batch']} | {c['context']:,} | {c['new_tokens']} | "
+            f"| {c['model']} | {c['batch']} | {c['context']:,} | {c['new_tokens']} | {mode(r)} | "
             f"{num(d.get('microllm_decode_tokens_per_s'), ',.0f')} | "
             f"{num(d.get('static_compiled_decode_tokens_per_s'), ',.0f')} | "
             + (f"{ratio:.2f}×" if ratio is not None else "—") + " | "
             f"{num(d.get('hf_generate_decode_tokens_per_s'), ',.0f')} | "
             + (f"{d['decode_tokens_per_s_ratio_vs_hf_generate']:.2f}×"
                if d.get("decode_tokens_per_s_ratio_vs_hf_generate") is not None else "—") + " | "
-            f"{ttft} | " + (f"{peak / 2**30:.2f} GiB" if peak else "—") + f" | `{r['git']['commit'][:7]}` |")
+            f"{ttft} | {num(d.get('microllm_host_ms_per_step'), '.3f')} | {num(r.get('kernels_per_step'), 'd')} | "
+            + (f"{peak / 2**30:.2f} GiB" if peak else "—") + f" | `{r['git']['commit'][:7]}` |")
     return "\n".join(lines)
 
 

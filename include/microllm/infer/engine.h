@@ -3,6 +3,11 @@
 // schedules, runs one flattened DecoderStep over every scheduled sequence, samples on the
 // device, and hands back one token per sequence that sampled. The engine knows no text.
 //
+// On CUDA, with options.cuda_graphs, every batch bucket's decode step is captured as a CUDA
+// graph at construction (DecodeGraphs); a step of one new token per sequence without
+// penalties is padded to its bucket and replays the graph — the same kernels, so the same
+// bits as the eager launches of the same step. Other steps (prefill, penalties) run eagerly.
+//
 // Per step (graph-free path, DESIGN §3): the scheduler picks sequences and allocates their
 // KV blocks; the step's inputs are packed into one pinned host buffer and sent with one
 // host→device copy; the model runs; penalties, the sampler and the logprobs run on the
@@ -31,6 +36,7 @@ struct EngineOptions {
   int64_t max_model_len = 0;              // context length; 0: max_position_embeddings
   std::vector<int32_t> eos_token_ids;     // generation stops on any (unless ignore_eos)
   bool batch_invariant = true;            // GEMM plans independent of the row count
+  bool cuda_graphs = true;  // CUDA: decode steps replay graphs captured at construction
 };
 
 // One sampled token of one request.
@@ -48,6 +54,7 @@ struct EngineStats {
   int64_t prompt_tokens = 0;  // prefilled (recomputed ones counted again)
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
+  int64_t graph_steps = 0;    // steps that replayed a decode graph
   double host_seconds = 0.0;  // in step(), outside the device wait
 };
 
@@ -68,6 +75,9 @@ class Engine {
   bool has_unfinished() const;
 
   const EngineStats& stats() const;
+  // Kernels, copies and memsets one decode step of num_seqs sequences launches (CUDA: the
+  // nodes of its graph, or of one capture of the eager step; 0 on the CPU).
+  int64_t kernels_per_decode_step(int64_t num_seqs) const;
   int64_t max_model_len() const;
   int64_t num_kv_blocks() const;
   int64_t num_free_kv_blocks() const;

@@ -5,6 +5,10 @@
 // chosen token's logprob and the top-N come from the raw model distribution. All outputs
 // live in one device buffer that comes back in one device→host copy, after which the host
 // waits once. Mechanism only: which rows sample is the scheduler's business.
+//
+// enqueue() only launches (the kernels and the asynchronous copy), so a CUDA graph can
+// capture it together with the model's step when no row has a penalty history (the
+// penalty scratch grows with the history); collect() waits and reads the host copy.
 #pragma once
 
 #include <cstdint>
@@ -45,8 +49,13 @@ class Sampler {
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;
 
-  // logits (B, V) in the model's dtype (not modified).
+  // logits (B, V) in the model's dtype (not modified). enqueue + collect(B, rows.top_n).
   const SampledRows& sample(const Tensor& logits, const SamplerRows& rows);
+  // Launches the step's sampling and the outputs' copy to the host; returns at once.
+  void enqueue(const Tensor& logits, const SamplerRows& rows);
+  // Waits for the work enqueued last (directly or by a graph replay) and returns its first
+  // num_rows rows with top_n logprobs each (top_n as enqueued).
+  const SampledRows& collect(int64_t num_rows, int64_t top_n);
   int64_t workspace_bytes() const;
   // Seconds the host spent waiting for the device in the last sample().
   double last_wait_seconds() const;

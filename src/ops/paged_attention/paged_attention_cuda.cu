@@ -3,9 +3,9 @@
 // References: Kwon et al. 2023 (PagedAttention, vLLM); Dao et al. 2023 (Flash-Decoding);
 // Milakov & Gimelshein 2018 (online softmax).
 //
-// Grid (N rows, Hkv · head_blocks, chunks): a block serves one new token row, up to
+// Grid (N rows, Hkv · head_blocks, splits): a block serves one new token row, up to
 // kPagedHeadsPerBlock query heads of one KV group (one warp per head, so the group shares each
-// K/V tile) and, in split mode, one 64-key chunk. Per 32-key tile: the block loads K and V
+// K/V tile) and, in split mode, the 64-key chunks z, z + splits, ... of the row. Per 32-key tile: the block loads K and V
 // into shared memory as F32 (16-byte loads, zeros past the visible keys), each warp scores
 // the tile with one lane per key, updates its running max and sum and accumulates P·V with
 // lanes over the head dim. Per chunk the state (m, l, o) starts afresh; a single pass folds
@@ -35,7 +35,7 @@ static_assert(kChunk % kKeyTile == 0, "a chunk is a whole number of tiles");
 
 // The plan as the kernels read it.
 struct Dims {
-  int N, B, H, Hkv, group, head_blocks, BS, M, max_seq_len, num_chunks;
+  int N, B, H, Hkv, group, head_blocks, BS, M, max_seq_len, num_chunks, num_splits;
   int64_t q_row_stride, out_row_stride;
   float scale;
   bool split;
@@ -148,8 +148,26 @@ __device__ __forceinline__ int64_t partial_slot(const Dims& s, int64_t row, int 
   return row * s.num_chunks + c;
 }
 
-// Partial kernel: single pass (grid z = 1, writes out) or one chunk per block (split mode,
-// grid z = chunks, writes the workspace).
+// Adds keys [c0, c1) (at most one chunk) to `chunk`, starting it afresh. Called by the
+// whole block: every thread reaches the barriers.
+template <class CacheT, int kD>
+__device__ void chunk_state(const Dims& s, const CacheT* k_cache, const CacheT* v_cache,
+                            const int32_t* table_row, int kv, int c0, int c1, bool active,
+                            const float* q_row, float (*k_tile)[kD + 1], float (*v_tile)[kD + 1],
+                            SoftmaxState<kD>& chunk, int lane) {
+  chunk.reset();
+  for (int t0 = c0; t0 < c1; t0 += kKeyTile) {
+    const int keys = min(kKeyTile, c1 - t0);
+    __syncthreads();  // the previous tile is consumed; q_rows are published the first time
+    load_tile<CacheT, kD>(s, k_cache, table_row, kv, t0, keys, k_tile);
+    load_tile<CacheT, kD>(s, v_cache, table_row, kv, t0, keys, v_tile);
+    __syncthreads();
+    if (active) chunk.add_tile(q_row, k_tile, v_tile, keys, s.scale, lane);
+  }
+}
+
+// Partial kernel: single pass (grid z = 1, folds every chunk and writes out) or split mode
+// (grid z = num_splits, block z writes the partials of chunks z, z + num_splits, ...).
 template <class T, class CacheT, int kD>
 __global__ void __launch_bounds__(kThreads)
     paged_attention_kernel(Dims s, const T* q, const CacheT* k_cache, const CacheT* v_cache,
@@ -164,51 +182,44 @@ __global__ void __launch_bounds__(kThreads)
   const int h = kv * s.group + (blockIdx.y % s.head_blocks) * kWarps + warp;
   const bool active = h < (kv + 1) * s.group;  // a group's last block may have fewer heads
   const RowPlace place = place_row(s, query_starts, seq_lens, n);
-
-  // Keys of this block: all visible ones, or chunk blockIdx.z of them.
-  int key_begin = 0, key_end = place.visible;
-  if (s.split) {
-    key_begin = blockIdx.z * kChunk;
-    key_end = min(key_end, key_begin + kChunk);
-    if (key_begin >= key_end) return;  // past the row's keys; uniform over the block
-  }
+  if (s.split && static_cast<int>(blockIdx.z) * kChunk >= place.visible)
+    return;  // no chunk of the row for this block; uniform over the block
   if (active)
     for (int d = lane; d < kD; d += kWarp)
       q_rows[warp][d] = to_float(q[n * s.q_row_stride + h * kD + d]);
   // (M) the row's block table; padding rows (b = −1) read no key.
   const int32_t* table_row = block_tables + static_cast<int64_t>(max(place.b, 0)) * s.M;
+  const int64_t row = static_cast<int64_t>(n) * s.H + h;  // (n, h) over (N, H)
 
   SoftmaxState<kD> total, chunk;
   total.reset();
-  for (int c0 = key_begin; c0 < key_end; c0 += kChunk) {
-    chunk.reset();
-    const int c1 = min(c0 + kChunk, key_end);
-    for (int t0 = c0; t0 < c1; t0 += kKeyTile) {
-      const int keys = min(kKeyTile, c1 - t0);
-      __syncthreads();  // the previous tile is consumed; q_rows are published the first time
-      load_tile<CacheT, kD>(s, k_cache, table_row, kv, t0, keys, k_tile);
-      load_tile<CacheT, kD>(s, v_cache, table_row, kv, t0, keys, v_tile);
-      __syncthreads();
-      if (active) chunk.add_tile(q_rows[warp], k_tile, v_tile, keys, s.scale, lane);
+  if (!s.split) {
+    for (int c0 = 0; c0 < place.visible; c0 += kChunk) {
+      chunk_state<CacheT, kD>(s, k_cache, v_cache, table_row, kv, c0,
+                              min(c0 + kChunk, place.visible), active, q_rows[warp], k_tile,
+                              v_tile, chunk, lane);
+      total.fold(chunk);
     }
-    total.fold(chunk);
+    if (active) total.store(out + n * s.out_row_stride + h * kD, lane);
+    return;
   }
-  if (!active) return;
-  const int64_t row = static_cast<int64_t>(n) * s.H + h;  // (n, h) over (N, H)
-  if (s.split) {
-    // The block's one chunk as computed, so that the combine folds exactly what a single
-    // pass folds.
-    const int64_t slot = partial_slot(s, row, blockIdx.z);
+  // Each chunk's state as computed, so that the combine folds exactly what a single pass
+  // folds.
+  float* stats_base = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD;
+  for (int c = blockIdx.z; c * kChunk < place.visible; c += s.num_splits) {
+    const int c0 = c * kChunk;
+    chunk_state<CacheT, kD>(s, k_cache, v_cache, table_row, kv, c0,
+                            min(c0 + kChunk, place.visible), active, q_rows[warp], k_tile, v_tile,
+                            chunk, lane);
+    if (!active) continue;  // the barriers of the next chunk are reached by every thread
+    const int64_t slot = partial_slot(s, row, c);
     float* o = workspace + slot * kD;
-    float* stats = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD + slot * 2;
 #pragma unroll
     for (int i = 0; i < SoftmaxState<kD>::kPerLane; ++i) o[lane + i * kWarp] = chunk.o[i];
     if (lane == 0) {
-      stats[0] = chunk.m;
-      stats[1] = chunk.l;
+      stats_base[slot * 2] = chunk.m;
+      stats_base[slot * 2 + 1] = chunk.l;
     }
-  } else {
-    total.store(out + n * s.out_row_stride + h * kD, lane);
   }
 }
 
@@ -254,6 +265,7 @@ Dims dims_of(const PagedAttentionPlan& p) {
               static_cast<int>(p.M),
               static_cast<int>(p.max_seq_len),
               static_cast<int>(p.num_chunks),
+              static_cast<int>(p.num_splits),
               p.q_row_stride,
               p.out_row_stride,
               static_cast<float>(p.scale),
@@ -288,7 +300,7 @@ void paged_attention_cuda(const PagedAttentionPlan& p, const Tensor& q, const Te
       const auto launch = [&](auto cache_tag) {
         using CacheT = decltype(cache_tag);
         const dim3 grid(static_cast<unsigned>(s.N), static_cast<unsigned>(s.Hkv * s.head_blocks),
-                        s.split ? static_cast<unsigned>(s.num_chunks) : 1u);
+                        s.split ? static_cast<unsigned>(s.num_splits) : 1u);
         paged_attention_kernel<T, CacheT, kD><<<grid, kThreads, 0, stream>>>(
             s, ptr<const T>(q), ptr<const CacheT>(k_cache), ptr<const CacheT>(v_cache),
             ptr<const int32_t>(query_starts), ptr<const int32_t>(seq_lens),

@@ -4,10 +4,11 @@
 // The keys of a query row are cut into chunks of kPagedChunkKeys at fixed positions
 // (0, 64, 128, ...). A chunk's partial softmax state (max m, sum l, unnormalized output o)
 // is computed over its keys; the chunks are then folded left to right. The CUDA kernels
-// either give each chunk its own block and fold the partials in a combine kernel (split
-// mode: a step with few rows, e.g. decode at batch 1, still fills the GPU) or fold the
+// either spread the chunks over `num_splits` blocks per row (block z takes chunks z,
+// z + num_splits, ...), write each chunk's partial and fold them in a combine kernel (split
+// mode: a step with few rows, e.g. decode at batch 1, still fills the GPU), or fold the
 // chunks inside one block (single-pass mode); both perform the same F32 operations in the
-// same order, so the mode changes the speed and never the bits.
+// same order, so the mode and the split count change the speed and never the bits.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,10 @@ constexpr int64_t kPagedHeadsPerBlock = 4;
 // split mode: 2 blocks per SM of a 132-SM H100/H200. A constant, so plans (and the workspace
 // size) never depend on the GPU a program runs on.
 constexpr int64_t kPagedSplitBelowBlocks = 264;
+// Split mode launches at most this many partial blocks (about four per SM) however long
+// max_seq_len is: a captured decode step plans for the whole context, and the blocks past a
+// row's keys return at once, so their number must stay small.
+constexpr int64_t kPagedSplitMaxBlocks = 528;
 
 // Everything a kernel needs, decided on the host from shapes and host values only.
 struct PagedAttentionPlan {
@@ -35,7 +40,8 @@ struct PagedAttentionPlan {
   int64_t q_row_stride, out_row_stride;  // elements between rows n and n+1
   int64_t head_blocks;       // CUDA blocks per KV head: ceil((H / Hkv) / kPagedHeadsPerBlock)
   int64_t num_chunks;        // chunk slots of a row: ceil(max_seq_len / kPagedChunkKeys)
-  bool split;                // split mode (CUDA): one block per chunk, then the combine
+  bool split;                // split mode (CUDA): chunks spread over blocks, then the combine
+  int64_t num_splits;        // split mode: partial blocks per (row, head block), ≤ num_chunks
   int64_t workspace_floats;  // F32 workspace this call needs (0 unless split)
 };
 
