@@ -122,7 +122,9 @@ int run(const Options& o) {
                         {"samples", samples},
                         {"kv_bytes", engine.kv_cache_bytes()},
                         {"weight_bytes", static_cast<int64_t>(weights->flat().nbytes())},
-                        {"kernels_per_step", device.is_cuda() ? nlohmann::json(engine.kernels_per_decode_step(o.batch)) : nlohmann::json(nullptr)}};
+                        {"kernels_per_step",
+                         device.is_cuda() ? nlohmann::json(engine.kernels_per_decode_step(o.batch))
+                                          : nlohmann::json(nullptr)}};
 #if MICROLLM_WITH_CUDA
   if (device.is_cuda())
     doc["peak_memory_bytes"] = cuda::allocator_stats(device).peak_allocated_bytes;

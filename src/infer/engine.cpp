@@ -228,8 +228,8 @@ Engine::Engine(std::shared_ptr<const model::ModelWeights> weights, EngineOptions
     s.graph_inputs = Tensor::empty({bytes}, DType::U8, device);  // (bytes)
     autograd::NoGradGuard no_grad;
     const ops::GemmModeGuard gemm_mode(engine_gemm_mode(o));
-    s.graphs = std::make_unique<DecodeGraphs>(
-        device, s.buckets, [&s](int64_t bucket, int64_t top_n) {
+    s.graphs =
+        std::make_unique<DecodeGraphs>(device, s.buckets, [&s](int64_t bucket, int64_t top_n) {
           const StepLayout layout = bucket_layout(bucket, s.max_blocks_per_seq);
           launch_step(*s.step, *s.kv, *s.sampler,
                       step_views(s.graph_inputs, layout, top_n, /*max_seq_len=*/0));
@@ -349,9 +349,8 @@ std::vector<TokenOutput> Engine::step() {
 
 int64_t Engine::kernels_per_decode_step(int64_t num_seqs) const {
   const State& s = *state_;
-  MICROLLM_CHECK(num_seqs >= 1 && num_seqs <= s.options.max_num_seqs, "Engine",
-                 "a decode step of ", num_seqs, " sequences is outside [1, ",
-                 s.options.max_num_seqs, "]");
+  MICROLLM_CHECK(num_seqs >= 1 && num_seqs <= s.options.max_num_seqs, "Engine", "a decode step of ",
+                 num_seqs, " sequences is outside [1, ", s.options.max_num_seqs, "]");
 #if MICROLLM_WITH_CUDA
   if (s.weights->device().is_cuda()) {
     if (s.graphs) return s.graphs->num_nodes(bucket_for(s.buckets, num_seqs));

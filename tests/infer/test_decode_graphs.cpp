@@ -16,7 +16,8 @@ TEST(DecodeGraphs, BucketsArePowersOfTwoUpToTheLargestBatch) {
   EXPECT_EQ(decode_buckets(256), (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256}));
   // A largest batch that is no power of two is a bucket of its own.
   EXPECT_EQ(decode_buckets(48), (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 48}));
-  EXPECT_TRUE(throws_error([] { decode_buckets(0); }, "decode graphs", {"max_num_seqs must be >= 1"}));
+  EXPECT_TRUE(
+      throws_error([] { decode_buckets(0); }, "decode graphs", {"max_num_seqs must be >= 1"}));
 }
 
 TEST(DecodeGraphs, ABatchPadsToTheSmallestBucketHoldingIt) {

@@ -42,10 +42,10 @@ PagedAttentionPlan plan_paged_attention(int64_t N, int64_t H, int64_t Hkv, int64
   // one chunk to spread; the result is the same bits either way.
   p.split = p.num_chunks > 1 && N * Hkv * p.head_blocks < kPagedSplitBelowBlocks;
   const int64_t row_blocks = N * Hkv * p.head_blocks;
-  p.num_splits =
-      p.split ? std::clamp<int64_t>(kPagedSplitMaxBlocks / std::max<int64_t>(row_blocks, 1), 1,
-                                    p.num_chunks)
-              : 1;
+  p.num_splits = p.split
+                     ? std::clamp<int64_t>(kPagedSplitMaxBlocks / std::max<int64_t>(row_blocks, 1),
+                                           1, p.num_chunks)
+                     : 1;
   p.workspace_floats = p.split ? N * H * p.num_chunks * (D + 2) : 0;
   return p;
 }

@@ -5,11 +5,11 @@
 //
 // Grid (N rows, Hkv · head_blocks, splits): a block serves one new token row, up to
 // kPagedHeadsPerBlock query heads of one KV group (one warp per head, so the group shares each
-// K/V tile) and, in split mode, the 64-key chunks z, z + splits, ... of the row. Per 32-key tile: the block loads K and V
-// into shared memory as F32 (16-byte loads, zeros past the visible keys), each warp scores
-// the tile with one lane per key, updates its running max and sum and accumulates P·V with
-// lanes over the head dim. Per chunk the state (m, l, o) starts afresh; a single pass folds
-// the chunks into the row's total with fold(), split mode writes each chunk's state to the
+// K/V tile) and, in split mode, the 64-key chunks z, z + splits, ... of the row. Per 32-key tile:
+// the block loads K and V into shared memory as F32 (16-byte loads, zeros past the visible keys),
+// each warp scores the tile with one lane per key, updates its running max and sum and accumulates
+// P·V with lanes over the head dim. Per chunk the state (m, l, o) starts afresh; a single pass
+// folds the chunks into the row's total with fold(), split mode writes each chunk's state to the
 // workspace and the combine kernel folds them in the same order. The chunk code is shared
 // and fold() rounds explicitly (no contraction), so both modes give the same bits and a
 // row's result never depends on the rest of the step.
@@ -196,8 +196,8 @@ __global__ void __launch_bounds__(kThreads)
   if (!s.split) {
     for (int c0 = 0; c0 < place.visible; c0 += kChunk) {
       chunk_state<CacheT, kD>(s, k_cache, v_cache, table_row, kv, c0,
-                              min(c0 + kChunk, place.visible), active, q_rows[warp], k_tile,
-                              v_tile, chunk, lane);
+                              min(c0 + kChunk, place.visible), active, q_rows[warp], k_tile, v_tile,
+                              chunk, lane);
       total.fold(chunk);
     }
     if (active) total.store(out + n * s.out_row_stride + h * kD, lane);
@@ -208,9 +208,8 @@ __global__ void __launch_bounds__(kThreads)
   float* stats_base = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD;
   for (int c = blockIdx.z; c * kChunk < place.visible; c += s.num_splits) {
     const int c0 = c * kChunk;
-    chunk_state<CacheT, kD>(s, k_cache, v_cache, table_row, kv, c0,
-                            min(c0 + kChunk, place.visible), active, q_rows[warp], k_tile, v_tile,
-                            chunk, lane);
+    chunk_state<CacheT, kD>(s, k_cache, v_cache, table_row, kv, c0, min(c0 + kChunk, place.visible),
+                            active, q_rows[warp], k_tile, v_tile, chunk, lane);
     if (!active) continue;  // the barriers of the next chunk are reached by every thread
     const int64_t slot = partial_slot(s, row, c);
     float* o = workspace + slot * kD;
