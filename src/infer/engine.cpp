@@ -1,6 +1,7 @@
 // Engine (see engine.h): scheduler → one packed step buffer → DecoderStep → sampler → ids.
 #include "microllm/infer/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -127,7 +128,7 @@ struct StepViews {
 };
 
 StepViews step_views(const Tensor& inputs, const StepLayout& layout, int64_t top_n,
-                     int64_t max_seq_len) {
+                     int64_t max_seq_len, int64_t num_decode_rows) {
   const int64_t N = layout.dims.num_tokens, B = layout.dims.num_seqs, M = layout.dims.max_blocks;
   StepViews v;
   model::StepBatch& sb = v.batch;
@@ -141,6 +142,7 @@ StepViews step_views(const Tensor& inputs, const StepLayout& layout, int64_t top
   sb.num_tokens = N;
   sb.num_seqs = B;
   sb.max_seq_len = max_seq_len;
+  sb.num_decode_rows = num_decode_rows;
   SamplerRows& rows = v.rows;
   rows.temperature = byte_view(inputs, layout.temperature, {B}, DType::F32);
   rows.top_k = byte_view(inputs, layout.top_k, {B}, DType::I32);
@@ -232,7 +234,7 @@ Engine::Engine(std::shared_ptr<const model::ModelWeights> weights, EngineOptions
         std::make_unique<DecodeGraphs>(device, s.buckets, [&s](int64_t bucket, int64_t top_n) {
           const StepLayout layout = bucket_layout(bucket, s.max_blocks_per_seq);
           launch_step(*s.step, *s.kv, *s.sampler,
-                      step_views(s.graph_inputs, layout, top_n, /*max_seq_len=*/0));
+                      step_views(s.graph_inputs, layout, top_n, /*max_seq_len=*/0, bucket));
         });
   }
 #endif
@@ -268,8 +270,15 @@ std::vector<TokenOutput> Engine::step() {
   autograd::NoGradGuard no_grad;
   const ops::GemmModeGuard gemm_mode(engine_gemm_mode(s.options));
   const auto start = std::chrono::steady_clock::now();
-  const ScheduledBatch batch = s.scheduler->schedule();
+  ScheduledBatch batch = s.scheduler->schedule();
   if (batch.empty()) return {};
+  // Sequences with one new token first: their rows are the step's decode rows (StepBatch).
+  std::stable_partition(batch.seqs.begin(), batch.seqs.end(),
+                        [](const ScheduledSeq& q) { return q.num_new_tokens == 1; });
+  int64_t num_decode_rows = 0;
+  while (num_decode_rows < batch.num_seqs() &&
+         batch.seqs[static_cast<size_t>(num_decode_rows)].num_new_tokens == 1)
+    ++num_decode_rows;
   const Device device = s.weights->device();
   int64_t top_n = 0;
   for (const ScheduledSeq& q : batch.seqs) top_n = std::max<int64_t>(top_n, q.seq->params.logprobs);
@@ -306,7 +315,8 @@ std::vector<TokenOutput> Engine::step() {
     int64_t max_seq_len = 0;
     for (const ScheduledSeq& q : batch.seqs)
       max_seq_len = std::max(max_seq_len, q.start_position + q.num_new_tokens);
-    launch_step(*s.step, *s.kv, *s.sampler, step_views(inputs, layout, top_n, max_seq_len));
+    launch_step(*s.step, *s.kv, *s.sampler,
+                step_views(inputs, layout, top_n, max_seq_len, num_decode_rows));
     sampled = &s.sampler->collect(B, top_n);
   }
 
@@ -361,7 +371,7 @@ int64_t Engine::kernels_per_decode_step(int64_t num_seqs) const {
     const StepLayout layout = bucket_layout(num_seqs, s.max_blocks_per_seq);
     return DecodeGraphs::count_nodes(s.weights->device(), [&] {
       launch_step(*s.step, *s.kv, *s.sampler,
-                  step_views(s.device_inputs, layout, 0, s.max_model_len));
+                  step_views(s.device_inputs, layout, 0, s.max_model_len, num_seqs));
     });
   }
 #endif

@@ -101,6 +101,18 @@ Tensor DecoderStep::forward(
     if (observe) observe("layers." + std::to_string(layer) + "." + name, value);
   };
   auto rows = [](const Tensor& t, int64_t n) { return t.narrow(0, 0, n); };
+  auto rows_from = [](const Tensor& t, int64_t first, int64_t n) { return t.narrow(0, first, n); };
+  // Decode rows [0, Nd) through the GEMV on CUDA, rows [Nd, N) through the GEMM.
+  const bool gemv =
+      weights_.device().is_cuda() && batch.num_decode_rows >= 1 &&
+      ops::gemv_supported(weights_.device(), weights_.dtype(), batch.num_decode_rows,
+                          c.hidden_size) &&
+      ops::gemv_supported(weights_.device(), weights_.dtype(), batch.num_decode_rows, F);
+  const int64_t Nd = gemv ? std::min(batch.num_decode_rows, N) : 0;
+  auto project = [&](const Tensor& in, const Tensor& w, const Tensor& bias, const Tensor& out) {
+    if (Nd > 0) ops::gemv_out(rows(in, Nd), w, bias, rows(out, Nd));
+    if (Nd < N) ops::linear_out(rows_from(in, Nd, N - Nd), w, bias, rows_from(out, Nd, N - Nd));
+  };
   const Tensor ids = rows(batch.token_ids, N);                     // (N)
   const Tensor positions = rows(batch.positions, N).view({N, 1});  // (N, 1): T = 1 per row
   const Tensor slots = rows(batch.slot_mapping, N);                // (N)
@@ -123,7 +135,7 @@ Tensor DecoderStep::forward(
     const LayerWeights& w = weights_.layers()[static_cast<size_t>(i)];
     emit_layer(i, "input", x);
     emit_layer(i, "attn.norm", h);
-    ops::linear_out(h, w.qkv, w.qkv_bias, qkv);
+    project(h, w.qkv, w.qkv_bias, qkv);
     if (c.qk_norm) {
       const Tensor q_raw = rows(ws.q_raw, N), k_raw = rows(ws.k_raw, N);
       ops::cast_out(q_part, q_raw);  // dense copies for the row norm
@@ -145,17 +157,25 @@ Tensor DecoderStep::forward(
     ops::paged_attention(q, cache.k, cache.v, rows(batch.query_starts, B + 1),
                          rows(batch.seq_lens, B), rows(batch.block_tables, B), scale, max_seq_len,
                          attn, ws.attention_scratch);
-    ops::linear_out(attn.view({N, qd}), w.o_proj, Tensor(), attn_out);
+    project(attn.view({N, qd}), w.o_proj, Tensor(), attn_out);
     emit_layer(i, "attn.out", attn_out);
     ops::add_rms_norm_out(x, attn_out, w.post_norm, eps, x, h);  // x += attn_out; h = norm(x)
     emit_layer(i, "attn.residual", x);
     emit_layer(i, "mlp.norm", h);
-    // Gate and up from the two row halves of the fused (2F, C) matrix, each dense.
-    ops::linear_out(h, w.gate_up.narrow(0, 0, F), Tensor(), gate);
-    ops::linear_out(h, w.gate_up.narrow(0, F, F), Tensor(), up);
-    ops::swiglu_out(gate, up, act);
+    // Decode rows: one GEMV over the fused (2F, C) matrix with the SwiGLU epilogue. Other
+    // rows: gate and up from its two row halves, each dense, then swiglu.
+    if (Nd > 0)
+      ops::gemv_out(rows(h, Nd), w.gate_up, Tensor(), rows(act, Nd), ops::GemvEpilogue::swiglu);
+    if (Nd < N) {
+      const int64_t Np = N - Nd;
+      const Tensor h_p = rows_from(h, Nd, Np), gate_p = rows_from(gate, Nd, Np),
+                   up_p = rows_from(up, Nd, Np);  // (Np, C), (Np, F), (Np, F)
+      ops::linear_out(h_p, w.gate_up.narrow(0, 0, F), Tensor(), gate_p);
+      ops::linear_out(h_p, w.gate_up.narrow(0, F, F), Tensor(), up_p);
+      ops::swiglu_out(gate_p, up_p, rows_from(act, Nd, Np));
+    }
     emit_layer(i, "mlp.act", act);
-    ops::linear_out(act, w.down, Tensor(), mlp_out);
+    project(act, w.down, Tensor(), mlp_out);
     emit_layer(i, "mlp.out", mlp_out);
     // The next norm is fused with this residual add: the next layer's input_layernorm, or
     // the final norm after the last layer.
@@ -170,7 +190,13 @@ Tensor DecoderStep::forward(
   const Tensor last = rows(ws.last, B);      // (B, C)
   const Tensor logits = rows(ws.logits, B);  // (B, V)
   ops::embedding_out(h, rows(batch.last_rows, B), last);
-  ops::linear_out(last, weights_.lm_head(), Tensor(), logits);
+  // The LM head's rows are the sequences' last rows: the GEMV for small steps (≤ kGemvMaxRows
+  // sequences) on CUDA, so a sequence's logits do not depend on which others share the step.
+  if (weights_.device().is_cuda() &&
+      ops::gemv_supported(weights_.device(), weights_.dtype(), B, c.hidden_size))
+    ops::gemv_out(last, weights_.lm_head(), Tensor(), logits);
+  else
+    ops::linear_out(last, weights_.lm_head(), Tensor(), logits);
   emit("logits", logits);
   return logits;
 }

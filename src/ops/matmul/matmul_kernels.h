@@ -37,6 +37,15 @@ void gemm_operands_cpu(const GemmProblem& p, DType dtype, const GemmOperand& a,
 // out (R, N) dense += bias (N) dense on every row, F32/F64 (the CPU bias of linear).
 void add_bias_rows_cpu(const Tensor& out, const Tensor& bias);
 
+// gemv_out (see matmul.h): x (M, K), weight (N, K) [(2F, K) with swiglu], bias (N) or
+// undefined, out (M, N) [(M, F)], all dense, validated; M ≤ kGemvMaxRows.
+void gemv_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+              bool swiglu);
+#if MICROLLM_WITH_CUDA
+void gemv_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+               bool swiglu);
+#endif
+
 #if MICROLLM_WITH_CUDA
 // cuBLASLt: F32/BF16/F16 operands of one dtype, F32 accumulation; bias (N) or undefined is
 // added by the GEMM epilogue.
