@@ -55,9 +55,10 @@ void gemv_out(const Tensor& x, const Tensor& weight, const Tensor& bias, const T
   detail::check_apart(op, out, "out", weight, "weight");
   detail::check_apart(op, out, "out", bias, "bias");
   if (x.is_cuda())
-    MICROLLM_CHECK(aligned16(x.raw_data()) && aligned16(weight.raw_data()) && aligned16(out.raw_data()), op,
-                   "CUDA operands must start at 16-byte aligned addresses, found x at ",
-                   x.raw_data(), ", weight at ", weight.raw_data(), ", out at ", out.raw_data());
+    MICROLLM_CHECK(
+        aligned16(x.raw_data()) && aligned16(weight.raw_data()) && aligned16(out.raw_data()), op,
+        "CUDA operands must start at 16-byte aligned addresses, found x at ", x.raw_data(),
+        ", weight at ", weight.raw_data(), ", out at ", out.raw_data());
   MICROLLM_KERNEL(x.device(), gemv, x, weight, bias, out, swiglu);
 }
 

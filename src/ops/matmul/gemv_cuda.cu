@@ -24,9 +24,9 @@ using namespace cuda_detail;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * kWarp;
-constexpr int kLoads = 4;              // 16-byte loads of W per lane in flight
-constexpr int kMaxSplits = kWarps;     // K slices of one row
-constexpr int64_t kTargetWarps = 4096; // ~31 warps per SM of a 132-SM H200
+constexpr int kLoads = 4;               // 16-byte loads of W per lane in flight
+constexpr int kMaxSplits = kWarps;      // K slices of one row
+constexpr int64_t kTargetWarps = 4096;  // ~31 warps per SM of a 132-SM H200
 static_assert(kGemvMaxRows == 8, "the kernels are built for up to 8 rows");
 
 // Σ a[i]·b[i] over the elements of two 16-byte groups, in F32, left to right.
@@ -53,7 +53,7 @@ __device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-
 template <class T, int kRows, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads)
     gemv_kernel(const T* x, const T* w, const T* bias, T* y, int M, int N, int K, int splits) {
-  constexpr int kParts = kSwiglu ? 2 : 1;             // weight rows per output row
+  constexpr int kParts = kSwiglu ? 2 : 1;           // weight rows per output row
   __shared__ float partial[kParts][kWarps][kRows];  // each warp's sums over its K slice
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int rows_per_block = kWarps / splits;
@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kThreads)
   float acc[kParts][kRows] = {};
   if (n < N) {  // no early return: the whole block meets at __syncthreads below
     const uint4* x_groups = reinterpret_cast<const uint4*>(x);  // (M, K/V)
-    const uint4* w_rows[kParts];                                 // (K/V) each
+    const uint4* w_rows[kParts];                                // (K/V) each
     w_rows[0] = reinterpret_cast<const uint4*>(w + n * K);
     if constexpr (kSwiglu) w_rows[1] = reinterpret_cast<const uint4*>(w + (N + n) * K);
     for (int g0 = begin + lane; g0 < end; g0 += kWarp * kLoads) {

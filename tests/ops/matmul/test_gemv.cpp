@@ -86,25 +86,38 @@ TEST(Gemv, RejectsWhatItDoesNotTake) {
   const Tensor x = randn_tensor({2, 16}, 1, DType::F32);
   const Tensor w = randn_tensor({6, 16}, 2, DType::F32);
   const Tensor y = Tensor::empty({2, 6}, DType::F32);
-  EXPECT_TRUE(throws_error([&] { ops::gemv_out(randn_tensor({9, 16}, 3, DType::F32), w, {},
-                                               Tensor::empty({9, 6}, DType::F32)); },
-                           "gemv_out", {"takes 1 to 8 rows"}));
-  EXPECT_TRUE(throws_error([&] { ops::gemv_out(x, randn_tensor({6, 15}, 4, DType::F32), {}, y); },
-                           "gemv_out", {"expected x (M, in) and weight (out, in)"}));
-  EXPECT_TRUE(throws_error([&] { ops::gemv_out(x, w, {}, Tensor::empty({2, 5}, DType::F32)); },
-                           "gemv_out", {"must have shape"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        ops::gemv_out(randn_tensor({9, 16}, 3, DType::F32), w, {},
+                      Tensor::empty({9, 6}, DType::F32));
+      },
+      "gemv_out", {"takes 1 to 8 rows"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        ops::gemv_out(x, randn_tensor({6, 15}, 4, DType::F32), {}, y);
+      },
+      "gemv_out", {"expected x (M, in) and weight (out, in)"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        ops::gemv_out(x, w, {}, Tensor::empty({2, 5}, DType::F32));
+      },
+      "gemv_out", {"must have shape"}));
   EXPECT_TRUE(throws_error([&] { ops::gemv_out(x, w, randn_tensor({5}, 5, DType::F32), y); },
                            "gemv_out", {"bias must be (6)"}));
   EXPECT_TRUE(throws_error(
-      [&] { ops::gemv_out(x, randn_tensor({7, 16}, 6, DType::F32), {}, Tensor::empty({2, 3}, DType::F32),
-                          ops::GemvEpilogue::swiglu); },
+      [&] {
+        ops::gemv_out(x, randn_tensor({7, 16}, 6, DType::F32), {},
+                      Tensor::empty({2, 3}, DType::F32), ops::GemvEpilogue::swiglu);
+      },
       "gemv_out", {"fused (2F, in) gate/up weight"}));
-  EXPECT_TRUE(throws_error([&] { ops::gemv_out(x, w, randn_tensor({3}, 7, DType::F32),
-                                               Tensor::empty({2, 3}, DType::F32),
-                                               ops::GemvEpilogue::swiglu); },
-                           "gemv_out", {"takes no bias"}));
-  EXPECT_TRUE(throws_error([&] { ops::gemv_out(x.to(DType::F64), w, {}, y); }, "gemv_out",
-                           {"dtype"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        ops::gemv_out(x, w, randn_tensor({3}, 7, DType::F32), Tensor::empty({2, 3}, DType::F32),
+                      ops::GemvEpilogue::swiglu);
+      },
+      "gemv_out", {"takes no bias"}));
+  EXPECT_TRUE(
+      throws_error([&] { ops::gemv_out(x.to(DType::F64), w, {}, y); }, "gemv_out", {"dtype"}));
   EXPECT_FALSE(ops::gemv_supported(Device::cpu(), DType::BF16, 1, 16));
   EXPECT_FALSE(ops::gemv_supported(Device::cpu(), DType::F32, 9, 16));
   EXPECT_TRUE(ops::gemv_supported(Device::cpu(), DType::F32, 8, 16));

@@ -62,7 +62,8 @@ TEST(CudaGemv, MatchesTheCpuReference) {
         const Tensor w = host_randn({rows, c.K}, 2, dtype);
         const Tensor b = c.bias ? host_randn({c.N}, 3, dtype) : Tensor();
         Tensor y = Tensor::empty({M, c.N}, dtype, kGpu);
-        const ops::GemvEpilogue epi = c.swiglu ? ops::GemvEpilogue::swiglu : ops::GemvEpilogue::none;
+        const ops::GemvEpilogue epi =
+            c.swiglu ? ops::GemvEpilogue::swiglu : ops::GemvEpilogue::none;
         ops::gemv_out(x.to(kGpu), w.to(kGpu), c.bias ? b.to(kGpu) : Tensor(), y, epi);
         // The reference on the same (rounded) values in F32.
         Tensor want = Tensor::empty({M, c.N}, DType::F32);
@@ -111,14 +112,20 @@ TEST(CudaGemv, RejectsWhatTheKernelDoesNotTake) {
   MICROLLM_REQUIRE_CUDA();
   const Tensor x = host_randn({2, 12}, 1, DType::BF16).to(kGpu);  // 12 BF16 = 24 bytes
   const Tensor w = host_randn({4, 12}, 2, DType::BF16).to(kGpu);
-  EXPECT_TRUE(throws_error([&] { ops::gemv_out(x, w, {}, Tensor::empty({2, 4}, DType::BF16, kGpu)); },
-                           "gemv_out", {"multiple of 16 bytes"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        ops::gemv_out(x, w, {}, Tensor::empty({2, 4}, DType::BF16, kGpu));
+      },
+      "gemv_out", {"multiple of 16 bytes"}));
   const Tensor x16 = host_randn({3, 17}, 3, DType::F32).to(kGpu);
   const Tensor w16 = host_randn({4, 16}, 4, DType::F32).to(kGpu);
   // A view starting 4 bytes into its storage is not 16-byte aligned.
-  EXPECT_TRUE(throws_error([&] { ops::gemv_out(x16.view({51}).narrow(0, 1, 48).view({3, 16}), w16, {},
-                                               Tensor::empty({3, 4}, DType::F32, kGpu)); },
-                           "gemv_out", {"16-byte aligned"}));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        ops::gemv_out(x16.view({51}).narrow(0, 1, 48).view({3, 16}), w16, {},
+                      Tensor::empty({3, 4}, DType::F32, kGpu));
+      },
+      "gemv_out", {"16-byte aligned"}));
   EXPECT_FALSE(ops::gemv_supported(kGpu, DType::F64, 1, 16));
   EXPECT_TRUE(ops::gemv_supported(kGpu, DType::BF16, 8, 896));
 }
