@@ -8,6 +8,16 @@
 #include "microllm/ops/ops.h"
 
 namespace microllm::model {
+namespace {
+
+// The largest step (in sequences) whose decode rows and LM head run through ops::gemv_out
+// on CUDA. Measured on the H200 (docs/optimization-log.md): at batch 8 the GEMV decodes
+// slower than cuBLASLt (3,842 against 4,693 tokens/s for the Qwen2.5-0.5B shape), at batch
+// 1 faster (916 against 586). One threshold on the step's sequence count keeps a sequence's
+// bits independent of the batch in every step of at most this many sequences.
+constexpr int64_t kDecodeGemvMaxSeqs = 4;
+
+}  // namespace
 
 // Every activation of a step at its largest size (rows narrowed to N or B per step).
 struct DecoderStep::Workspace {
@@ -190,10 +200,8 @@ Tensor DecoderStep::forward(
   const Tensor last = rows(ws.last, B);      // (B, C)
   const Tensor logits = rows(ws.logits, B);  // (B, V)
   ops::embedding_out(h, rows(batch.last_rows, B), last);
-  // The LM head's rows are the sequences' last rows: the GEMV for small steps (≤ kGemvMaxRows
-  // sequences) on CUDA, so a sequence's logits do not depend on which others share the step.
-  if (weights_.device().is_cuda() &&
-      ops::gemv_supported(weights_.device(), weights_.dtype(), B, c.hidden_size))
+  // The LM head's rows are the sequences' last rows: the GEMV for small steps on CUDA.
+  if (small_step && ops::gemv_supported(weights_.device(), weights_.dtype(), B, c.hidden_size))
     ops::gemv_out(last, weights_.lm_head(), Tensor(), logits);
   else
     ops::linear_out(last, weights_.lm_head(), Tensor(), logits);

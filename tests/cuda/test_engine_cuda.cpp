@@ -1,9 +1,12 @@
 // The inference engine on CUDA (label cuda): DecoderStep's logits equal the CPU reference
 // Transformer (F32 within the CUDA contract; BF16 by relative L2); the CUDA engine's greedy
-// tokens equal the CPU engine's (F32); a batch generates what each prompt generates alone,
-// greedy and seeded (bitwise, through the batch-invariant GEMMs); and a steady-state decode
-// step makes one host→device copy, one device→host copy, one host synchronization and no
-// allocation.
+// tokens equal the CPU engine's (F32); a batch of up to 4 prompts generates what each prompt
+// generates alone, greedy and seeded (bitwise: batch-invariant GEMMs for prefill rows, the
+// decode GEMV for the decode rows and LM head of steps of ≤ 4 sequences); CUDA-graph decode
+// gives the bits of eager decode (buckets 1, 4, 16 with padded rows, logprobs, mixed
+// sampling parameters, penalty rows that fall back to eager steps); an eager steady-state
+// decode step makes one host→device copy, one device→host copy, one host synchronization
+// and no allocation, a graph step one upload, one synchronization and no allocation.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -124,8 +127,10 @@ TEST(EngineCuda, BatchEqualsAloneBitwiseGreedyAndSeeded) {
     const ModelConfig c = cuda_config(model::Family::Qwen2);
     auto w = std::make_shared<const ModelWeights>(
         ModelWeights::random(c, Device::cuda(0), dtype, 5, 0.1));
+    // Four prompts: steps of at most 4 sequences take the decode GEMV in every step, alone
+    // or together (DecoderStep); the 90-token prompt takes two prefill chunks of 64.
     std::vector<std::vector<int32_t>> prompts;
-    for (uint64_t i = 0; i < 5; ++i)
+    for (uint64_t i = 0; i < 4; ++i)
       prompts.push_back(random_ids(3 + 29 * i, c.vocab_size, 10 + i));
     infer::SamplingParams greedy;
     greedy.temperature = 0.0f;
