@@ -112,9 +112,11 @@ Tensor DecoderStep::forward(
   };
   auto rows = [](const Tensor& t, int64_t n) { return t.narrow(0, 0, n); };
   auto rows_from = [](const Tensor& t, int64_t first, int64_t n) { return t.narrow(0, first, n); };
-  // Decode rows [0, Nd) through the GEMV on CUDA, rows [Nd, N) through the GEMM.
+  // Steps of at most kDecodeGemvMaxSeqs sequences on CUDA: decode rows [0, Nd) and the LM
+  // head through the GEMV, rows [Nd, N) through the GEMM.
+  const bool small_step = weights_.device().is_cuda() && B <= kDecodeGemvMaxSeqs;
   const bool gemv =
-      weights_.device().is_cuda() && batch.num_decode_rows >= 1 &&
+      small_step && batch.num_decode_rows >= 1 &&
       ops::gemv_supported(weights_.device(), weights_.dtype(), batch.num_decode_rows,
                           c.hidden_size) &&
       ops::gemv_supported(weights_.device(), weights_.dtype(), batch.num_decode_rows, F);
@@ -123,9 +125,9 @@ Tensor DecoderStep::forward(
     if (Nd > 0) ops::gemv_out(rows(in, Nd), w, bias, rows(out, Nd));
     if (Nd < N) ops::linear_out(rows_from(in, Nd, N - Nd), w, bias, rows_from(out, Nd, N - Nd));
   };
-  const Tensor ids = rows(batch.token_ids, N);                     // (N)
-  const Tensor positions = rows(batch.positions, N).view({N, 1});  // (N, 1): T = 1 per row
-  const Tensor slots = rows(batch.slot_mapping, N);                // (N)
+  const Tensor ids = rows(batch.token_ids, N);        // (N)
+  const Tensor positions = rows(batch.positions, N);  // (N)
+  const Tensor slots = rows(batch.slot_mapping, N);   // (N)
   const int64_t M = batch.block_tables.size(1);
   const int64_t max_seq_len = batch.max_seq_len > 0 ? batch.max_seq_len : M * limits_.block_size;
   const Tensor x = rows(ws.x, N), h = rows(ws.h, N);  // (N, C)
@@ -146,24 +148,24 @@ Tensor DecoderStep::forward(
     emit_layer(i, "input", x);
     emit_layer(i, "attn.norm", h);
     project(h, w.qkv, w.qkv_bias, qkv);
+    const LayerKv& cache = kv[static_cast<size_t>(i)];
+    // RoPE on q and k at each row's position (each row is its own T = 1), and k, v into the
+    // cache at the slots, in one pass; qwen3 normalizes q and k over D first.
     if (c.qk_norm) {
       const Tensor q_raw = rows(ws.q_raw, N), k_raw = rows(ws.k_raw, N);
       ops::cast_out(q_part, q_raw);  // dense copies for the row norm
       ops::cast_out(k_part, k_raw);
       ops::rms_norm_out(q_raw, w.q_norm, eps, q);
       ops::rms_norm_out(k_raw, w.k_norm, eps, k);
+      ops::rope_kv_write(q, k, v_part, positions, weights_.inv_freq(), slots, q, k, cache.k,
+                         cache.v);
     } else {
-      ops::cast_out(q_part, q);
-      ops::cast_out(k_part, k);
+      ops::rope_kv_write(q_part, k_part, v_part, positions, weights_.inv_freq(), slots, q, k,
+                         cache.k, cache.v);
     }
-    // Each row is its own (batch, T = 1) for RoPE: (N, H, 1, D) with positions (N, 1).
-    ops::rope_out(q.view({N, H, 1, D}), positions, weights_.inv_freq(), q.view({N, H, 1, D}));
-    ops::rope_out(k.view({N, Hkv, 1, D}), positions, weights_.inv_freq(), k.view({N, Hkv, 1, D}));
     emit_layer(i, "attn.q", q);
     emit_layer(i, "attn.k", k);
     emit_layer(i, "attn.v", v_part);
-    const LayerKv& cache = kv[static_cast<size_t>(i)];
-    ops::kv_write(k, v_part, slots, cache.k, cache.v);
     ops::paged_attention(q, cache.k, cache.v, rows(batch.query_starts, B + 1),
                          rows(batch.seq_lens, B), rows(batch.block_tables, B), scale, max_seq_len,
                          attn, ws.attention_scratch);

@@ -20,4 +20,17 @@ namespace microllm::ops {
 void kv_write(const Tensor& k, const Tensor& v, const Tensor& slot_mapping, const Tensor& k_cache,
               const Tensor& v_cache);
 
+// The attention inputs of a step in one pass: q_out = rope(q) and k_out = rope(k) at each
+// row's position (rotate-half, as rope_out with positions (N, 1) and T = 1 per row), then
+// k_out and v written to the caches at slot_mapping as kv_write writes them. The values are
+// those of cast_out(q, q_out), cast_out(k, k_out), rope_out on both and kv_write(k_out, v):
+// on the CPU it runs exactly those ops, on CUDA one kernel. q (N, H, D), k, v (N, Hkv, D) of
+// one dtype with dense (heads, D) rows at any row stride (views of the fused projection);
+// q_out (N, H, D), k_out (N, Hkv, D) dense, q's dtype (q_out may be q and k_out k when
+// those are dense: in place); positions, slot_mapping (N) i32 dense; inv_freq (D/2) f32
+// (f64 for f64 q); caches as kv_write takes them.
+void rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
+                   const Tensor& inv_freq, const Tensor& slot_mapping, const Tensor& q_out,
+                   const Tensor& k_out, const Tensor& k_cache, const Tensor& v_cache);
+
 }  // namespace microllm::ops

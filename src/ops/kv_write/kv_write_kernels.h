@@ -18,7 +18,18 @@ struct KvWriteShape {
 void kv_write_cpu(const KvWriteShape& s, const Tensor& k, const Tensor& v,
                   const Tensor& slot_mapping, const Tensor& k_cache, const Tensor& v_cache);
 
+// rope_kv_write (kv_write.h), validated: row strides of q, k, v in elements; q_out, k_out
+// dense. CUDA only (the CPU runs the composed ops).
+struct RopeKvWriteShape {
+  int64_t N, H, Hkv, D;
+  int64_t q_row_stride, k_row_stride, v_row_stride;
+};
+
 #if MICROLLM_WITH_CUDA
+void rope_kv_write_cuda(const RopeKvWriteShape& s, const Tensor& q, const Tensor& k,
+                        const Tensor& v, const Tensor& positions, const Tensor& inv_freq,
+                        const Tensor& slot_mapping, const Tensor& q_out, const Tensor& k_out,
+                        const Tensor& k_cache, const Tensor& v_cache);
 void kv_write_cuda(const KvWriteShape& s, const Tensor& k, const Tensor& v,
                    const Tensor& slot_mapping, const Tensor& k_cache, const Tensor& v_cache);
 #endif

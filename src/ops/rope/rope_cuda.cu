@@ -11,6 +11,7 @@
 // read and written coalesced.
 #include "../cuda_common.cuh"
 #include "rope_kernels.h"
+#include "rope_rotate.cuh"
 
 namespace microllm::ops {
 namespace {
@@ -27,17 +28,13 @@ __global__ void rope_kernel(const T* x, const Index* positions, int64_t pos_stri
        p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = p % half, row = p / half;  // row indexes (B, H, T)
     const int64_t t = row % seq, b = row / (heads * seq);
-    // The angle is formed in F32 exactly as on the CPU. sincosf is the accurate version
-    // (not __sinf/__cosf): with positions in the tens of thousands the angles are large
-    // and the fast intrinsics lose several digits.
+    // The angle is formed in F32 exactly as on the CPU.
     const float angle = static_cast<float>(positions[b * pos_stride + t]) * inv_freq[i];
-    float s, c;
-    sincosf(angle, &s, &c);
-    if (inverse) s = -s;
     const int64_t lo = row * 2 * half + i, hi = lo + half;  // offsets into the (D) row
-    const float x1 = to_float(x[lo]), x2 = to_float(x[hi]);
-    y[lo] = from_float<T>(x1 * c - x2 * s);
-    y[hi] = from_float<T>(x2 * c + x1 * s);
+    float y1, y2;
+    rope_rotate(to_float(x[lo]), to_float(x[hi]), angle, inverse, y1, y2);
+    y[lo] = from_float<T>(y1);
+    y[hi] = from_float<T>(y2);
   }
 }
 

@@ -1,0 +1,20 @@
+// The rotation of one RoPE pair, shared by rope_kernel (rope_cuda.cu) and the fused
+// rope_kv_write kernel (kv_write/rope_kv_write_cuda.cu), so both give the same bits.
+#pragma once
+
+namespace microllm::ops::cuda_detail {
+
+// (x1, x2) = (x[i], x[i + D/2]) turned by `angle` = float(position) · inv_freq[i] (−angle when
+// `inverse`): y1 = x1·cos − x2·sin, y2 = x2·cos + x1·sin, in F32. sincosf is the accurate
+// version (not __sinf/__cosf): with positions in the tens of thousands the angles are large
+// and the fast intrinsics lose several digits.
+__device__ __forceinline__ void rope_rotate(float x1, float x2, float angle, bool inverse,
+                                            float& y1, float& y2) {
+  float s, c;
+  sincosf(angle, &s, &c);
+  if (inverse) s = -s;
+  y1 = x1 * c - x2 * s;
+  y2 = x2 * c + x1 * s;
+}
+
+}  // namespace microllm::ops::cuda_detail
