@@ -80,6 +80,7 @@ struct Case {
   std::string ceiling_name;
   bool needs_grad = false;
   std::string notes;
+  int max_input_sets = kMaxInputSets;  // decode cases rotate more, small weights fit in L2
   std::function<std::function<void(int)>(int)> setup;
 };
 
@@ -316,10 +317,65 @@ Case swiglu_case(RandomSource& rng, int64_t R, int64_t F) {
   return c;
 }
 
+// The decode projection at M ≤ 8 rows (ops::gemv_out): y (M, N) = x (M, K) · w (N, K)ᵀ, or
+// with `swiglu` the fused gate/up weight (2N, K) and y = silu(gate)·up. Bound by streaming
+// the weight; enough input sets rotate that each call reads its weight from DRAM.
+Case gemv_case(RandomSource& rng, const std::string& label, int64_t M, int64_t N, int64_t K,
+               bool swiglu) {
+  const int64_t rows = swiglu ? 2 * N : N;
+  Case c;
+  c.name = "gemv_bf16_" + label + "_m" + std::to_string(M) + "_" + std::to_string(rows) + "x" +
+           std::to_string(K);
+  c.family = "gemv";
+  c.dtype = "bf16";
+  c.shape = {{"M", M}, {"N", rows}, {"K", K}, {"swiglu", swiglu}};
+  c.input_bytes = 2.0 * double(M * K + rows * K);
+  c.bytes = c.input_bytes + 2.0 * double(M * N);
+  c.flops = 2.0 * double(M) * double(rows) * double(K);
+  c.formula = std::string(swiglu ? "out (M,N) = silu(x·gateᵀ)·(x·upᵀ), w (2N,K) = [gate; up]"
+                                 : "out (M,N) = x (M,K) · w (N,K)ᵀ") +
+              "; bytes = 2·(M·K + rows·K + M·N); flops = 2·M·rows·K";
+  c.bound = "memory";
+  c.ceiling = kCopyTBps;
+  c.ceiling_name = "copy_tbps";
+  c.max_input_sets = 160;
+  c.notes = "ops::gemv_out (the decode GEMV)";
+  c.setup = [&rng, M, N, K, rows, swiglu](int sets) {
+    std::vector<Tensor> x, w, y;
+    for (int i = 0; i < sets; ++i) {
+      x.push_back(rng.normal({M, K}, DType::BF16));           // (M, K)
+      w.push_back(rng.normal({rows, K}, DType::BF16));        // (rows, K)
+      y.push_back(Tensor::empty({M, N}, DType::BF16, kGpu));  // (M, N)
+    }
+    const ops::GemvEpilogue epi = swiglu ? ops::GemvEpilogue::swiglu : ops::GemvEpilogue::none;
+    return std::function<void(int)>(
+        [x, w, y, epi](int i) { ops::gemv_out(x[i], w[i], Tensor(), y[i], epi); });
+  };
+  return c;
+}
+
+// The decode projections of the Qwen2.5-0.5B (C 896, F 4864, qkv 1152) and
+// DeepSeek-R1-Distill-Qwen-1.5B (C 1536, F 8960, qkv 2048) shapes, V = 151936, M = 1, 4, 8.
+void add_gemv_cases(RandomSource& rng, std::vector<Case>& cases) {
+  struct Model {
+    const char* name;
+    int64_t C, F, qkv;
+  };
+  for (const Model& m : {Model{"qwen0.5b", 896, 4864, 1152}, Model{"r1d1.5b", 1536, 8960, 2048}})
+    for (int64_t M : {1, 4, 8}) {
+      const std::string p = m.name;
+      cases.push_back(gemv_case(rng, p + "_qkv", M, m.qkv, m.C, false));
+      cases.push_back(gemv_case(rng, p + "_o", M, m.C, m.C, false));
+      cases.push_back(gemv_case(rng, p + "_gate_up", M, m.F, m.C, true));
+      cases.push_back(gemv_case(rng, p + "_down", M, m.C, m.F, false));
+      cases.push_back(gemv_case(rng, p + "_lm_head", M, 151936, m.C, false));
+    }
+}
+
 // Qwen2.5-0.5B training shapes at 8192 tokens: C = 896, F = 4864, V = 151936.
 std::vector<Case> all_cases(RandomSource& rng, const Options& options) {
   constexpr int64_t M = 8192, C = 896, F = 4864, V = 151936;
-  return {
+  std::vector<Case> cases = {
       gemm_case(rng, "", M, C, C, DType::BF16),
       gemm_case(rng, "", M, F, C, DType::BF16),
       gemm_case(rng, "", M, C, F, DType::BF16),
@@ -335,6 +391,8 @@ std::vector<Case> all_cases(RandomSource& rng, const Options& options) {
       add_case(rng, 8192, 8192, DType::F32),
       swiglu_case(rng, M, F),
   };
+  add_gemv_cases(rng, cases);
+  return cases;
 }
 
 bool selected(const std::string& name, const std::string& filter) {
@@ -351,7 +409,7 @@ bool selected(const std::string& name, const std::string& filter) {
 int input_sets_for(const Case& c) {
   if (c.bytes >= 2 * kL2Bytes) return 1;
   const int wanted = static_cast<int>(std::ceil(3 * kL2Bytes / std::max(c.input_bytes, 1.0)));
-  return std::clamp(wanted, 2, kMaxInputSets);
+  return std::clamp(wanted, 2, c.max_input_sets);
 }
 
 double median(std::vector<double> values) {

@@ -47,6 +47,7 @@ class Case:
     needs_grad: bool = False
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    max_input_sets: int = MAX_INPUT_SETS  # decode cases rotate more: small weights fit in L2
 
 
 def _torch():
@@ -227,6 +228,47 @@ def swiglu_case(rng, R, Fw) -> Case:
         notes="F.silu(gate) * up (two kernels, eager)")
 
 
+def gemv_case(rng, label, M, N, K, swiglu) -> Case:
+    """The decode projection at M rows through F.linear (cuBLAS), with swiglu the fused
+    gate/up weight (2N, K) split after the product, as a PyTorch decode step computes it."""
+    rows = 2 * N if swiglu else N
+
+    def setup(sets):
+        F = _torch().nn.functional
+        x = [rng.normal((M, K), "bf16") for _ in range(sets)]     # (M, K)
+        w = [rng.normal((rows, K), "bf16") for _ in range(sets)]  # (rows, K)
+        if not swiglu:
+            return lambda i: F.linear(x[i], w[i])
+
+        def fused(i):
+            gate, up = F.linear(x[i], w[i]).chunk(2, dim=-1)
+            return F.silu(gate) * up
+        return fused
+
+    input_bytes = 2.0 * (M * K + rows * K)
+    return Case(
+        name=f"gemv_bf16_{label}_m{M}_{rows}x{K}", family="gemv", dtype="bf16",
+        shape={"M": M, "N": rows, "K": K, "swiglu": swiglu}, input_bytes=input_bytes,
+        bytes=input_bytes + 2.0 * M * N, flops=2.0 * M * rows * K,
+        formula=("out (M,N) = silu(x·gateᵀ)·(x·upᵀ), w (2N,K) = [gate; up]" if swiglu
+                 else "out (M,N) = x (M,K) · w (N,K)ᵀ") + "; bytes = 2·(M·K + rows·K + M·N); flops = 2·M·rows·K",
+        bound="memory", ceiling=COPY_TBPS, ceiling_name="copy_tbps", setup=setup, max_input_sets=160,
+        notes="F.linear (cuBLAS)" + (", chunk, F.silu(gate) * up" if swiglu else ""))
+
+
+def gemv_cases(rng) -> list[Case]:
+    """The decode projections of the Qwen2.5-0.5B and DeepSeek-R1-Distill-Qwen-1.5B shapes."""
+    cases = []
+    for name, C, Fw, qkv in (("qwen0.5b", 896, 4864, 1152), ("r1d1.5b", 1536, 8960, 2048)):
+        for M in (1, 4, 8):
+            cases += [gemv_case(rng, f"{name}_qkv", M, qkv, C, False),
+                      gemv_case(rng, f"{name}_o", M, C, C, False),
+                      gemv_case(rng, f"{name}_gate_up", M, Fw, C, True),
+                      gemv_case(rng, f"{name}_down", M, C, Fw, False),
+                      gemv_case(rng, f"{name}_lm_head", M, 151936, C, False)]
+    return cases
+
+
 def all_cases(rng, args) -> list[Case]:
     # Qwen2.5-0.5B training shapes at 8192 tokens: C = 896, F = 4864, V = 151936.
     M, C, Fw, V = 8192, 896, 4864, 151936
@@ -245,7 +287,7 @@ def all_cases(rng, args) -> list[Case]:
         add_case(rng, 8192, 8192, "bf16"),
         add_case(rng, 8192, 8192, "f32"),
         swiglu_case(rng, M, Fw),
-    ]
+    ] + gemv_cases(rng)
 
 
 def selected(name: str, filt: str) -> bool:
@@ -258,7 +300,7 @@ def input_sets_for(case: Case) -> int:
     if case.bytes >= 2 * L2_BYTES:
         return 1
     wanted = math.ceil(3 * L2_BYTES / max(case.input_bytes, 1.0))
-    return min(max(wanted, 2), MAX_INPUT_SETS)
+    return min(max(wanted, 2), case.max_input_sets)
 
 
 def median(values):
