@@ -45,6 +45,25 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// What one decode step must read, for the achieved-bandwidth figure: every weight but an
+// untied embedding table (only B rows of it are gathered), and the K/V of each sequence at
+// its mean visible length over the decode steps (context + new_tokens / 2).
+nlohmann::json decode_bytes(const model::ModelConfig& c, const model::ModelWeights& w,
+                            const infer::EngineOptions& eo, const Options& o) {
+  auto weights = static_cast<double>(w.flat().nbytes());
+  if (!c.tie_word_embeddings) weights -= static_cast<double>(w.embed().nbytes());
+  const double kv_es = eo.kv_dtype == DType::BF16 ? 2.0 : 4.0;
+  const double mean_keys = static_cast<double>(o.context) + static_cast<double>(o.new_tokens) / 2;
+  const double kv = static_cast<double>(o.batch) * mean_keys * static_cast<double>(c.num_layers) *
+                    2.0 * static_cast<double>(c.num_kv_heads * c.head_dim) * kv_es;
+  return {{"weights", weights},
+          {"kv", kv},
+          {"total", weights + kv},
+          {"definition",
+           "weights read per step (all but an untied embedding table) + K/V of every sequence at "
+           "its mean visible length context + new_tokens / 2"}};
+}
+
 int run(const Options& o) {
   autograd::NoGradGuard no_grad;
   const Device device = Device::parse(o.device);
@@ -122,6 +141,7 @@ int run(const Options& o) {
                         {"samples", samples},
                         {"kv_bytes", engine.kv_cache_bytes()},
                         {"weight_bytes", static_cast<int64_t>(weights->flat().nbytes())},
+                        {"decode_bytes_per_step", decode_bytes(config, *weights, eo, o)},
                         {"kernels_per_step",
                          device.is_cuda() ? nlohmann::json(engine.kernels_per_decode_step(o.batch))
                                           : nlohmann::json(nullptr)}};

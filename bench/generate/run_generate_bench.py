@@ -20,7 +20,9 @@ the faster of the two PyTorch peers; ratio_of_medians = microllm median / peer m
   metrics             decode_tokens_per_s, prefill_ms, ttft_ms (and microllm's
                       host_ms_per_step): per side {values, summary}
   derived             medians, and ratios in the "> 1: microllm faster" direction for each
-                      peer: decode microllm / peer, prefill and TTFT peer / microllm
+                      peer: decode microllm / peer, prefill and TTFT peer / microllm; microllm's
+                      achieved decode bandwidth (decode_bytes_per_step × steps/s) and its
+                      fraction of the 4.25 TB/s copy ceiling
   memory              peak_memory_bytes and kv_bytes per side; kernels_per_step (microllm)
   errors, checks      per side; the static peer's agreement with HF's ids and with eager
 --modes graphs,eager also runs microllm with --no-cuda-graphs (cases named ...-eager).
@@ -48,6 +50,7 @@ METRICS = {"decode_tokens_per_s": "tokens/s", "prefill_ms": "ms", "ttft_ms": "ms
 PEER_NAMES = {"static_compiled": "pytorch static KV cache, torch.compile reduce-overhead (CUDA graphs), SDPA",
               "hf_generate": "transformers generate, SDPA, DynamicCache"}
 PRIMARY_PEER = "static_compiled"
+COPY_TBPS = 4.25  # measured device-to-device copy ceiling of the H200 (GPU.md)
 
 
 def ints(text: str) -> list[int]:
@@ -150,7 +153,14 @@ def build_record(model: str, config_path: str, batch: int, context: int, mode: s
             derived[f"{metric}_ratio_vs_{peer}"] = faster_ratio(
                 median(m["microllm"]), median(m[peer]), metric == "decode_tokens_per_s")
     derived["microllm_host_ms_per_step"] = median(metrics["host_ms_per_step"]["microllm"])
-    memory = {"microllm": {"peak_memory_bytes": ours.get("peak_memory_bytes"), "kv_bytes": ours.get("kv_bytes")}}
+    # Achieved bandwidth: the bytes a decode step must read × decode steps per second.
+    step_bytes = (ours.get("decode_bytes_per_step") or {}).get("total")
+    tokens_per_s = derived.get("microllm_decode_tokens_per_s")
+    if step_bytes and tokens_per_s:
+        derived["microllm_decode_tbps"] = step_bytes * tokens_per_s / batch / 1e12
+        derived["microllm_decode_fraction_of_copy_ceiling"] = derived["microllm_decode_tbps"] / COPY_TBPS
+    memory = {"microllm": {"peak_memory_bytes": ours.get("peak_memory_bytes"), "kv_bytes": ours.get("kv_bytes"),
+                           "decode_bytes_per_step": ours.get("decode_bytes_per_step")}}
     checks = {}
     for peer, doc in peers.items():
         memory[peer] = {"peak_memory_bytes": (doc or {}).get("peak_memory_bytes"),
@@ -170,7 +180,7 @@ def fmt(value: float | None, spec: str) -> str:
 def table(records: list[dict[str, Any]]) -> str:
     head = (f"{'model':<30} {'mode':<6} {'B':>3} {'C':>5} {'microllm tok/s':>14} {'compiled tok/s':>14} "
             f"{'ratio':>6} {'HF tok/s':>9} {'ratio':>6} {'TTFT ms':>8} {'compiled':>8} {'host ms':>7} "
-            f"{'kernels':>7} {'peak GiB':>8}")
+            f"{'kernels':>7} {'TB/s':>5} {'peak GiB':>8}")
     lines = [head, "-" * len(head)]
     for r in records:
         c, d = r["config"], r["derived"]
@@ -184,6 +194,7 @@ def table(records: list[dict[str, Any]]) -> str:
             f"{fmt(d.get('decode_tokens_per_s_ratio_vs_hf_generate'), '.2f'):>6} "
             f"{fmt(d['microllm_ttft_ms'], '.1f'):>8} {fmt(d.get('static_compiled_ttft_ms'), '.1f'):>8} "
             f"{fmt(d.get('microllm_host_ms_per_step'), '.3f'):>7} {fmt(r.get('kernels_per_step'), 'd'):>7} "
+            f"{fmt(d.get('microllm_decode_tbps'), '.2f'):>5} "
             f"{fmt(peak / 2**30 if peak else None, '.2f'):>8}")
         bad = {k: v for k, v in r["errors"].items() if v}
         if bad:
@@ -191,7 +202,7 @@ def table(records: list[dict[str, Any]]) -> str:
     lines.append("decode tokens/s medians; ratio = microllm / peer tokens/s (> 1: microllm faster); compiled = "
                  "PyTorch static KV cache under torch.compile reduce-overhead; HF = transformers generate; "
                  "mode: microllm decode with CUDA graphs or eager launches; host ms: microllm's host time "
-                 "per step; kernels: nodes of one decode step")
+                 "per step; kernels: nodes of one decode step; TB/s: bytes a decode step reads × steps/s")
     return "\n".join(lines)
 
 

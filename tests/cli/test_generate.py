@@ -179,6 +179,21 @@ def test_batch_equals_alone_greedy_and_seeded(tmp_path):
     assert [r["ids"] for r in a] != [r["ids"] for r in b]
 
 
+def test_no_cuda_graphs_gives_the_same_tokens(tmp_path):
+    """--no-cuda-graphs launches decode steps eagerly on CUDA (a no-op on the CPU): the same
+    ids and logprobs, sampled and with top logprobs, for a batch that pads to a graph bucket."""
+    cfg, _ = make_model(tmp_path / "m", "qwen3", seed=8)
+    rng = np.random.default_rng(9)
+    prompts = [rng.integers(0, cfg["vocab_size"], size=n).tolist() for n in (4, 9, 2)]
+    args = ["--prompts", prompts_file(tmp_path / "p.jsonl", prompts), "--max-new-tokens", 9,
+            "--temperature", 0.8, "--top-p", 0.9, "--seed", 3, "--logprobs", 3]
+    graphs = generate_json(tmp_path / "m", *args)
+    eager = generate_json(tmp_path / "m", *args, "--no-cuda-graphs")
+    assert [r["ids"] for r in graphs] == [r["ids"] for r in eager]
+    assert [r["logprobs"] for r in graphs] == [r["logprobs"] for r in eager]
+    assert all(len(r["ids"]) == 9 for r in graphs)
+
+
 def test_eos_stops_and_is_returned(tmp_path):
     cfg, params = make_model(tmp_path / "m", "llama", seed=5)
     prompt = [3, 1, 4, 1, 5]
