@@ -11,10 +11,13 @@
 //   variant 3  variant 2 with 4 independent 16-byte loads of W in flight per lane, streaming
 //              (evict-first) loads of W, and split-K over the warps of a block when N alone
 //              gives too few warps (the down projection)
+//   variant 4  variant 3 with each warp computing kRowsPerWarpV4 rows of W: every 16-byte
+//              load of x serves that many rows, so at M = 8 the L1 traffic per byte of W
+//              falls from 8× to 8/kRowsPerWarpV4 × (variant 3 is bound by it there)
 // Every variant is batch invariant: the summation order of an output element does not
 // depend on M, so a row of x gives bitwise the same y alone or in a batch (checked below).
 //
-// Build: make -C dev/cuda    Run: ./build/gemv_bf16 <variant 1|2|3|all> [M] [N K]
+// Build: make -C dev/cuda    Run: ./build/gemv_bf16 <variant 1|2|3|4|all> [M] [N K]
 // Without N K it runs the Qwen2.5-0.5B decode shapes; without M it runs M = 1, 2, 4, 8.
 #include <cstring>
 #include <string>
@@ -199,6 +202,70 @@ int splits_for(int N, int K) {
   return splits;
 }
 
+// ---- variant 4: several rows of W per warp -------------------------------------------------
+
+// At M rows a lane of variant 3 loads M 16-byte groups of x (from L1) per 16-byte group of W;
+// at M = 8 that is 8 × the W bytes through L1, about as much as L1 delivers on an H200 when
+// W streams at ~4 TB/s. Here a warp takes kRowsPerWarpV4 consecutive rows of W: per K group
+// it loads their W groups (in flight together) and each x group once, and does
+// kRowsPerWarpV4 · M dot products with it. The summation order of an output element is the
+// same as variant 3's without split-K (one lane-strided pass, then the warp sum), and it
+// still does not depend on M.
+constexpr int kRowsPerWarpV4 = 4;
+constexpr int kWarpsV4 = 8;
+
+// x (M, K), w (N, K), y (M, N), K % 8 == 0; splits in {1, 2, 4, 8}: as in variant 3, the K
+// of a row group is split over `splits` warps of the block (the short down projection) and
+// the slices are added in order; the block holds (kWarpsV4 / splits) · kRowsPerWarpV4 rows.
+template <int M>
+__global__ void __launch_bounds__(kWarpsV4* kWarp)
+    gemv_v4(const bf16* x, const bf16* w, bf16* y, int N, int K, int splits) {
+  __shared__ float partial[kWarpsV4][kRowsPerWarpV4][M];  // each warp's sums over its slice
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int groups_per_block = kWarpsV4 / splits;
+  const int64_t block_first = static_cast<int64_t>(blockIdx.x) * groups_per_block * kRowsPerWarpV4;
+  const int64_t first = block_first + (warp / splits) * kRowsPerWarpV4;
+  const int slice = warp % splits;
+  const int groups = K / 8;
+  const int per_slice = (groups + splits - 1) / splits;
+  const int begin = slice * per_slice, end = min(groups, begin + per_slice);
+  const uint4* x_groups = reinterpret_cast<const uint4*>(x);  // (M, K/8)
+  float acc[kRowsPerWarpV4][M] = {};
+  for (int g = begin + lane; g < end; g += kWarp) {
+    uint4 wv[kRowsPerWarpV4];  // the rows' groups, loaded before any is used
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarpV4; ++r)
+      wv[r] = first + r < N ? __ldcs(reinterpret_cast<const uint4*>(w + (first + r) * K) + g)
+                            : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const uint4 xv = __ldg(x_groups + m * groups + g);
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarpV4; ++r) acc[r][m] += dot8(xv, wv[r]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarpV4; ++r)
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const float total = warp_sum(acc[r][m]);
+      if (lane == 0) partial[warp][r][m] = total;
+    }
+  __syncthreads();
+  // One thread per (row of the block, row of x) adds the slices in order.
+  const int t = threadIdx.x, rows_in_block = groups_per_block * kRowsPerWarpV4;
+  if (t >= rows_in_block * M) return;
+  const int row = t / M, m = t % M;
+  const int group = row / kRowsPerWarpV4, r = row % kRowsPerWarpV4;
+  if (block_first + row >= N) return;
+  float sum = partial[group * splits][r][m];
+  for (int s = 1; s < splits; ++s) sum += partial[group * splits + s][r][m];
+  y[static_cast<int64_t>(m) * N + block_first + row] = __float2bfloat16(sum);
+}
+
+// Split-K factor of variant 4: variant 3's rule over row groups instead of rows.
+int splits_for_v4(int N, int K) { return splits_for((N + kRowsPerWarpV4 - 1) / kRowsPerWarpV4, K); }
+
 // ---- launching -----------------------------------------------------------------------------
 
 // Calls f(std::integral_constant<int, M>) for M in 1..8.
@@ -240,11 +307,18 @@ void launch(int variant, const bf16* x, const bf16* w, bf16* y, int M, int N, in
       gemv_v2<decltype(rows)::value>
           <<<blocks(N, kRowsPerBlockV2), kRowsPerBlockV2 * kWarp>>>(x, w, y, N, K);
     });
-  } else {
+  } else if (variant == 3) {
     const int splits = splits_for(N, K);
     dispatch_rows(M, [&](auto rows) {
       gemv_v3<decltype(rows)::value>
           <<<blocks(N, kWarpsV3 / splits), kWarpsV3 * kWarp>>>(x, w, y, N, K, splits);
+    });
+  } else {
+    const int splits = splits_for_v4(N, K);
+    dispatch_rows(M, [&](auto rows) {
+      gemv_v4<decltype(rows)::value>
+          <<<blocks(N, kWarpsV4 / splits * kRowsPerWarpV4), kWarpsV4 * kWarp>>>(x, w, y, N, K,
+                                                                                splits);
     });
   }
 }
@@ -265,7 +339,7 @@ constexpr Shape kDecodeShapes[] = {{"qkv", 1152, 896},
 
 void usage(const char* program) {
   std::fprintf(stderr,
-               "usage: %s <variant 1|2|3|all> [M] [N K]\n"
+               "usage: %s <variant 1|2|3|4|all> [M] [N K]\n"
                "  y (M, N) = x (M, K) · Wᵀ, BF16; M in 1..8 (default 1, 2, 4, 8);\n"
                "  without N K: the Qwen2.5-0.5B decode shapes qkv, o, gate_up, down, lm_head\n",
                program);
@@ -336,8 +410,8 @@ bool run_shape(const Shape& shape, const std::vector<int>& variants, const std::
                                   static_cast<double>(M) * N);  // W + x + y
       const double flops = 2.0 * M * static_cast<double>(N) * K;
       std::printf("%-8s N=%6d K=%5d  v%d", shape.name, N, K, variant);
-      if (variant == 3)
-        std::printf(" (split %d)", splits_for(N, K));
+      if (variant == 3 || variant == 4)
+        std::printf(" (split %d)", variant == 3 ? splits_for(N, K) : splits_for_v4(N, K));
       else
         std::printf("          ");
       std::printf(" M=%d  max|err| %.2e  rel L2 %.2e  %s  %s ", M, c.max_abs, c.rel_l2,
@@ -361,10 +435,10 @@ int main(int argc, char** argv) {
   if (argc < 2 || argc == 4 || argc > 5) usage(argv[0]);
   std::vector<int> variants;
   if (std::string(argv[1]) == "all")
-    variants = {1, 2, 3};
+    variants = {1, 2, 3, 4};
   else
     variants = {parse_int(argv[1], argv[0])};
-  if (variants[0] > 3) usage(argv[0]);
+  if (variants[0] > 4) usage(argv[0]);
   std::vector<int> ms = {1, 2, 4, 8};
   if (argc >= 3) ms = {parse_int(argv[2], argv[0])};
   if (ms[0] > kMaxRows) usage(argv[0]);
