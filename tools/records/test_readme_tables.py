@@ -27,13 +27,17 @@ def test_dirty_records_are_never_cited(tmp_path):
     assert [r["git"]["commit"][0] for r in records] == ["a"]
 
 
-def _generate_record(batch, context, commit, created, dirty=False, peers=True):
+def _generate_record(batch, context, commit, created, dirty=False, peers=True, mode=None):
     derived = {"microllm_decode_tokens_per_s": 1234.4, "microllm_ttft_ms": 5.25}
+    case = f"m-b{batch}-c{context}-n128" + (f"-{mode}" if mode and mode != "graphs" else "")
     record = {"git": {"dirty": dirty, "commit": commit * 40}, "created_utc": created,
-              "config": {"case": f"m-b{batch}-c{context}-n128", "model": "m", "batch": batch,
-                         "context": context, "new_tokens": 128},
+              "config": {"case": case, "model": "m", "batch": batch, "context": context, "new_tokens": 128},
               "summary": {"median": 1234.4}, "derived": derived,
               "memory": {"microllm": {"peak_memory_bytes": 3 * 2**30}}}
+    if mode:  # records from before CUDA-graph decode carry no mode
+        record["config"]["microllm_mode"] = mode
+        record["kernels_per_step"] = 271
+        derived["microllm_host_ms_per_step"] = 0.0474
     if peers:
         derived.update(static_compiled_decode_tokens_per_s=617.2, static_compiled_ttft_ms=10.5,
                        hf_generate_decode_tokens_per_s=123.44, decode_tokens_per_s_ratio_vs_hf_generate=10.0)
@@ -51,7 +55,21 @@ def test_generate_table_rows_sorted_by_number_newest_clean_record_per_case(tmp_p
     for i, doc in enumerate(docs):
         (folder / f"{i}.json").write_text(__import__("json").dumps(doc))
     rows = readme_tables.generate_table(readme_tables.load_records("generate", tmp_path)).splitlines()
-    assert rows[2] == ("| m | 8 | 512 | 128 | 1,234 | 617 | 2.00× | 123 | 10.00× | 5.2 / 10.5 ms | 3.00 GiB | "
-                       "`bbbbbbb` |")
-    assert rows[3] == "| m | 64 | 8 | 128 | 1,234 | — | — | — | — | 5.2 / — ms | 3.00 GiB | `ddddddd` |"
+    assert rows[2] == ("| m | 8 | 512 | 128 | eager | 1,234 | 617 | 2.00× | 123 | 10.00× | 5.2 / 10.5 ms | — | — | "
+                       "3.00 GiB | `bbbbbbb` |")
+    assert rows[3] == "| m | 64 | 8 | 128 | eager | 1,234 | — | — | — | — | 5.2 / — ms | — | — | 3.00 GiB | `ddddddd` |"
+    assert len(rows) == 4
+
+
+def test_generate_table_shows_the_decode_mode_graphs_first(tmp_path):
+    folder = tmp_path / "generate"
+    folder.mkdir()
+    docs = [_generate_record(1, 8, "e", "2026-01-01T00:00:00Z", peers=False, mode="eager"),
+            _generate_record(1, 8, "g", "2026-01-01T00:00:00Z", mode="graphs")]
+    for i, doc in enumerate(docs):
+        (folder / f"{i}.json").write_text(__import__("json").dumps(doc))
+    rows = readme_tables.generate_table(readme_tables.load_records("generate", tmp_path)).splitlines()
+    assert rows[2] == ("| m | 1 | 8 | 128 | graphs | 1,234 | 617 | 2.00× | 123 | 10.00× | 5.2 / 10.5 ms | 0.047 | 271 | "
+                       "3.00 GiB | `ggggggg` |")
+    assert rows[3].startswith("| m | 1 | 8 | 128 | eager | 1,234 | — |") and rows[3].endswith("| `eeeeeee` |")
     assert len(rows) == 4
