@@ -93,6 +93,36 @@ Generated generate(const std::shared_ptr<const ModelWeights>& w,
   return generate(w, prompts, std::vector<infer::SamplingParams>{params}, cuda_graphs);
 }
 
+// What one engine step moved: copies, host synchronizations, device allocations.
+struct StepCost {
+  int64_t h2d = 0, d2h = 0, syncs = 0, allocations = 0, backend_mallocs = 0;
+};
+
+std::vector<infer::TokenOutput> counted_step(infer::Engine& engine, StepCost& cost) {
+  const cuda::TransferStats t0 = cuda::transfer_stats();
+  const cuda::AllocatorStats a0 = cuda::allocator_stats(Device::cuda(0));
+  std::vector<infer::TokenOutput> out = engine.step();
+  const cuda::TransferStats t1 = cuda::transfer_stats();
+  const cuda::AllocatorStats a1 = cuda::allocator_stats(Device::cuda(0));
+  cost = {t1.h2d_calls - t0.h2d_calls, t1.d2h_calls - t0.d2h_calls,
+          t1.host_synchronizations - t0.host_synchronizations, a1.allocations - a0.allocations,
+          a1.backend_mallocs - a0.backend_mallocs};
+  return out;
+}
+
+// Adds n sampled requests of 20, 21, ... random prompt ids, then runs `warm_steps` steps
+// (prefill and the first decode steps).
+void start_sampled_requests(infer::Engine& engine, const ModelConfig& c, uint64_t n,
+                            int warm_steps) {
+  infer::SamplingParams params;
+  params.temperature = 0.7f;
+  params.top_k = 40;
+  params.max_new_tokens = 64;
+  params.ignore_eos = true;
+  for (uint64_t i = 0; i < n; ++i) engine.add_request(random_ids(20 + i, c.vocab_size, i), params);
+  for (int i = 0; i < warm_steps; ++i) engine.step();
+}
+
 const model::Family kFamilies[] = {model::Family::Qwen2, model::Family::Llama,
                                    model::Family::Qwen3};
 
@@ -196,24 +226,15 @@ TEST(EngineCuda, EagerSteadyDecodeStepIsOneCopyEachWayOneSyncNoAllocation) {
   options.kv_memory_bytes = 16 << 20;
   options.cuda_graphs = false;
   infer::Engine engine(w, options);
-  infer::SamplingParams params;
-  params.temperature = 0.7f;
-  params.top_k = 40;
-  params.max_new_tokens = 64;
-  params.ignore_eos = true;
-  for (uint64_t i = 0; i < 4; ++i) engine.add_request(random_ids(20 + i, c.vocab_size, i), params);
-  for (int i = 0; i < 6; ++i) engine.step();  // prefill and warm-up decode steps
-  const cuda::TransferStats t0 = cuda::transfer_stats();
-  const cuda::AllocatorStats a0 = cuda::allocator_stats(Device::cuda(0));
-  const std::vector<infer::TokenOutput> out = engine.step();
-  const cuda::TransferStats t1 = cuda::transfer_stats();
-  const cuda::AllocatorStats a1 = cuda::allocator_stats(Device::cuda(0));
+  start_sampled_requests(engine, c, 4, 6);
+  StepCost cost;
+  const std::vector<infer::TokenOutput> out = counted_step(engine, cost);
   EXPECT_EQ(out.size(), 4u);
-  EXPECT_EQ(t1.h2d_calls - t0.h2d_calls, 1);
-  EXPECT_EQ(t1.d2h_calls - t0.d2h_calls, 1);
-  EXPECT_EQ(t1.host_synchronizations - t0.host_synchronizations, 1);
-  EXPECT_EQ(a1.allocations - a0.allocations, 0);
-  EXPECT_EQ(a1.backend_mallocs - a0.backend_mallocs, 0);
+  EXPECT_EQ(cost.h2d, 1);
+  EXPECT_EQ(cost.d2h, 1);
+  EXPECT_EQ(cost.syncs, 1);
+  EXPECT_EQ(cost.allocations, 0);
+  EXPECT_EQ(cost.backend_mallocs, 0);
 }
 
 TEST(EngineCuda, GraphDecodeGivesTheBitsOfEagerDecode) {
@@ -287,26 +308,17 @@ TEST(EngineCuda, GraphDecodeStepIsOneUploadOneSyncNoAllocation) {
   options.kv_memory_bytes = 16 << 20;
   options.max_num_seqs = 8;
   infer::Engine engine(w, options);
-  infer::SamplingParams params;
-  params.temperature = 0.7f;
-  params.top_k = 40;
-  params.max_new_tokens = 64;
-  params.ignore_eos = true;
-  for (uint64_t i = 0; i < 3; ++i) engine.add_request(random_ids(20 + i, c.vocab_size, i), params);
-  for (int i = 0; i < 4; ++i) engine.step();  // prefill and warm-up decode steps
+  start_sampled_requests(engine, c, 3, 4);
   const int64_t graph_steps = engine.stats().graph_steps;
-  const cuda::TransferStats t0 = cuda::transfer_stats();
-  const cuda::AllocatorStats a0 = cuda::allocator_stats(Device::cuda(0));
-  const std::vector<infer::TokenOutput> out = engine.step();
-  const cuda::TransferStats t1 = cuda::transfer_stats();
-  const cuda::AllocatorStats a1 = cuda::allocator_stats(Device::cuda(0));
+  StepCost cost;
+  const std::vector<infer::TokenOutput> out = counted_step(engine, cost);
   EXPECT_EQ(out.size(), 3u);
   EXPECT_EQ(engine.stats().graph_steps, graph_steps + 1);
-  EXPECT_EQ(t1.h2d_calls - t0.h2d_calls, 1);
-  EXPECT_EQ(t1.d2h_calls - t0.d2h_calls, 0);  // the download is a node of the graph
-  EXPECT_EQ(t1.host_synchronizations - t0.host_synchronizations, 1);
-  EXPECT_EQ(a1.allocations - a0.allocations, 0);
-  EXPECT_EQ(a1.backend_mallocs - a0.backend_mallocs, 0);
+  EXPECT_EQ(cost.h2d, 1);
+  EXPECT_EQ(cost.d2h, 0);  // the download is a node of the graph
+  EXPECT_EQ(cost.syncs, 1);
+  EXPECT_EQ(cost.allocations, 0);
+  EXPECT_EQ(cost.backend_mallocs, 0);
   // The graph holds the kernels one eager step of the bucket launches.
   infer::EngineOptions eager_options = options;
   eager_options.cuda_graphs = false;

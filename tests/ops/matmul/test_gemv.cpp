@@ -8,32 +8,14 @@
 
 #include "core/expect_error.h"
 #include "microllm/ops/ops.h"
+#include "ops/matmul/gemv_test_util.h"
 #include "ops/op_test_util.h"
 
 using namespace microllm;
 using microllm::testing::throws_error;
+using microllm::testing::gemv::abs_values;
+using microllm::testing::gemv::worst_error;
 using microllm::testing::optest::randn_tensor;
-
-namespace {
-
-// Largest |got − want| / (Σ_k |x_k|·|w_k| + 1e-30) over the elements: bounds any summation
-// order's rounding error.
-double worst_error(const Tensor& got, const Tensor& want, const Tensor& magnitude) {
-  const std::vector<double> g = got.to_vector_f64(), w = want.to_vector_f64(),
-                            m = magnitude.to_vector_f64();
-  double worst = 0.0;
-  for (size_t i = 0; i < g.size(); ++i)
-    worst = std::max(worst, std::fabs(g[i] - w[i]) / (m[i] + 1e-30));
-  return worst;
-}
-
-Tensor abs_of(const Tensor& t) {
-  std::vector<double> v = t.to_vector_f64();
-  for (double& x : v) x = std::fabs(x);
-  return Tensor::from_vector(v, t.shape(), DType::F64);
-}
-
-}  // namespace
 
 TEST(Gemv, MatchesTheNaiveProductWithAndWithoutBias) {
   for (DType dtype : {DType::F32, DType::F64})
@@ -47,7 +29,8 @@ TEST(Gemv, MatchesTheNaiveProductWithAndWithoutBias) {
         ops::gemv_out(x, w, b, y);
         Tensor want = ops::matmul_naive(x.to(DType::F64), w.to(DType::F64), false, true);
         if (with_bias) want = ops::add(want, b.to(DType::F64));
-        const Tensor mag = ops::matmul_naive(abs_of(x), abs_of(w), false, true);
+        const Tensor mag =
+            ops::matmul_naive(abs_values(x, DType::F64), abs_values(w, DType::F64), false, true);
         const double rtol = dtype == DType::F64 ? 1e-13 : 2e-6;
         EXPECT_LT(worst_error(y, want, mag), rtol) << dtype << " M " << M << " bias " << with_bias;
       }

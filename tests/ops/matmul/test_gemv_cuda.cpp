@@ -13,9 +13,11 @@
 #include "cuda/cuda_test_utils.h"
 #include "microllm/core/random.h"
 #include "microllm/ops/ops.h"
+#include "ops/matmul/gemv_test_util.h"
 
 using namespace microllm;
 using microllm::testing::throws_error;
+using microllm::testing::gemv::worst_error;
 
 namespace {
 
@@ -26,21 +28,7 @@ Tensor host_randn(const Shape& shape, uint64_t seed, DType dtype) {
   return randn(shape, gen, DType::F32, Device::cpu(), 0.0, 1.0).to(dtype);
 }
 
-// Worst |got − want| / (Σ|x||w| + tiny), want computed on the CPU in F32 from the same values.
-double worst_error(const Tensor& got, const Tensor& want, const Tensor& mag) {
-  const std::vector<double> g = got.to_vector_f64(), w = want.to_vector_f64(),
-                            m = mag.to_vector_f64();
-  double worst = 0.0;
-  for (size_t i = 0; i < g.size(); ++i)
-    worst = std::max(worst, std::fabs(g[i] - w[i]) / (m[i] + 1e-30));
-  return worst;
-}
-
-Tensor abs_f32(const Tensor& t) {
-  std::vector<float> v = t.to(DType::F32).to_vector_f32();
-  for (float& x : v) x = std::fabs(x);
-  return Tensor::from_vector(v, t.shape(), DType::F32);
-}
+Tensor abs_f32(const Tensor& t) { return microllm::testing::gemv::abs_values(t, DType::F32); }
 
 struct Case {
   int64_t N, K;
