@@ -2,6 +2,7 @@
 #include "cuda/cuda_test_utils.h"
 
 #include <cmath>
+#include <cstring>
 #include <sstream>
 
 #include "microllm/core/random.h"
@@ -9,6 +10,25 @@
 #include "microllm/ops/reduce.h"
 
 namespace microllm::testing {
+
+::testing::AssertionResult bit_equal(const Tensor& got, const Tensor& want) {
+  if (got.dtype() != want.dtype() || got.shape() != want.shape())
+    return ::testing::AssertionFailure() << got.describe() << " vs " << want.describe();
+  const auto host = [](const Tensor& t) {
+    Tensor h = Tensor::empty(t.shape(), t.dtype());
+    h.copy_from(t.contiguous());
+    return h;
+  };
+  const Tensor g = host(got), w = host(want);
+  if (g.numel() == 0 || std::memcmp(g.raw_data(), w.raw_data(), g.nbytes()) == 0)
+    return ::testing::AssertionSuccess();
+  const std::vector<double> gv = g.to_vector_f64(), wv = w.to_vector_f64();
+  for (size_t i = 0; i < gv.size(); ++i)
+    if (std::memcmp(&gv[i], &wv[i], sizeof(double)) != 0)
+      return ::testing::AssertionFailure() << "element " << i << ": " << gv[i] << " vs " << wv[i]
+                                           << " (" << got.describe() << ")";
+  return ::testing::AssertionFailure() << "bytes differ";
+}
 
 double relative_l2(const Tensor& a, const Tensor& b) {
   const std::vector<double> x = a.to_vector_f64(), y = b.to_vector_f64();

@@ -44,6 +44,9 @@ using OpFn = std::function<Tensor(const std::vector<Tensor>&)>;
 ::testing::AssertionResult cuda_matches_cpu(const OpFn& fn, const std::vector<Tensor>& inputs,
                                             const CudaCheckOptions& options = {});
 
+// Same dtype, shape and bytes (on any devices); the first differing element otherwise.
+::testing::AssertionResult bit_equal(const Tensor& got, const Tensor& want);
+
 // A CPU F32 leaf of N(mean, std²) samples that requires a gradient.
 Tensor cuda_test_leaf(const Shape& shape, uint64_t seed, double mean = 0.0, double std = 1.0);
 // Default options with the CUDA side running in `dtype`.

@@ -14,6 +14,7 @@
 #include "microllm/ops/ops.h"
 
 using namespace microllm;
+using microllm::testing::bit_equal;
 
 namespace {
 
@@ -28,27 +29,6 @@ Tensor gpu_randn(const Shape& shape, uint64_t seed, DType dtype, double mean = 0
 
 Tensor gpu_ids(const std::vector<int64_t>& values, const Shape& shape, DType dtype) {
   return Tensor::from_vector(values, shape, dtype, kGpu);
-}
-
-Tensor host_bytes(const Tensor& t) {
-  Tensor host = Tensor::empty(t.shape(), t.dtype());
-  host.copy_from(t);
-  return host;
-}
-
-// Same dtype, shape and bytes.
-::testing::AssertionResult bit_equal(const Tensor& got, const Tensor& want) {
-  if (got.dtype() != want.dtype() || got.shape() != want.shape())
-    return ::testing::AssertionFailure() << got.describe() << " vs " << want.describe();
-  const Tensor g = host_bytes(got.contiguous()), w = host_bytes(want.contiguous());
-  if (g.numel() == 0 || std::memcmp(g.raw_data(), w.raw_data(), g.nbytes()) == 0)
-    return ::testing::AssertionSuccess();
-  const std::vector<double> gv = g.to_vector_f64(), wv = w.to_vector_f64();
-  for (size_t i = 0; i < gv.size(); ++i)
-    if (std::memcmp(&gv[i], &wv[i], sizeof(double)) != 0)
-      return ::testing::AssertionFailure() << "element " << i << ": " << gv[i] << " vs " << wv[i]
-                                           << " (" << got.describe() << ")";
-  return ::testing::AssertionFailure() << "bytes differ";
 }
 
 // The operands of one decode-sized step in `dtype`, and its preallocated outputs.

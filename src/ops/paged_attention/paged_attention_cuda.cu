@@ -32,6 +32,7 @@ constexpr int kThreads = kWarps * kWarp;
 constexpr int kKeyTile = kWarp;  // keys per shared-memory tile: one per lane for the scores
 constexpr int kChunk = static_cast<int>(kPagedChunkKeys);
 static_assert(kChunk % kKeyTile == 0, "a chunk is a whole number of tiles");
+constexpr int kCombinePrefetch = 8;  // chunk partials the combine kernel loads at once
 
 // The plan as the kernels read it.
 struct Dims {
@@ -235,16 +236,27 @@ __global__ void __launch_bounds__(kThreads)
   const RowPlace place = place_row(s, query_starts, seq_lens, n);
   const int chunks = (place.visible + kChunk - 1) / kChunk;
   const float* stats = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD;
-  SoftmaxState<kD> total, part;
+  SoftmaxState<kD> total;
   total.reset();
-  for (int c = 0; c < chunks; ++c) {
-    const int64_t slot = partial_slot(s, row, c);
-    part.m = stats[slot * 2];
-    part.l = stats[slot * 2 + 1];
+  // The loads of kCombinePrefetch chunks are issued together (they do not depend on the
+  // fold), then folded one by one in chunk order: one memory latency per group of chunks.
+  for (int c0 = 0; c0 < chunks; c0 += kCombinePrefetch) {
+    SoftmaxState<kD> part[kCombinePrefetch];
 #pragma unroll
-    for (int i = 0; i < SoftmaxState<kD>::kPerLane; ++i)
-      part.o[i] = workspace[slot * kD + lane + i * kWarp];
-    total.fold(part);
+    for (int j = 0; j < kCombinePrefetch; ++j) {
+      if (c0 + j >= chunks) break;
+      const int64_t slot = partial_slot(s, row, c0 + j);
+      part[j].m = stats[slot * 2];
+      part[j].l = stats[slot * 2 + 1];
+#pragma unroll
+      for (int i = 0; i < SoftmaxState<kD>::kPerLane; ++i)
+        part[j].o[i] = workspace[slot * kD + lane + i * kWarp];
+    }
+#pragma unroll
+    for (int j = 0; j < kCombinePrefetch; ++j) {
+      if (c0 + j >= chunks) break;
+      total.fold(part[j]);
+    }
   }
   total.store(out + n * s.out_row_stride + h * kD, lane);
 }

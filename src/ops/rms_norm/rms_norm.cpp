@@ -129,7 +129,13 @@ void add_rms_norm_out(const Tensor& x, const Tensor& residual, const Tensor& wei
   detail::check_apart(op, normed_out, "normed_out", x, "x");
   detail::check_apart(op, normed_out, "normed_out", residual, "residual");
   detail::check_apart(op, normed_out, "normed_out", sum_out, "sum_out");
-  // add_rms_norm's two steps: the elementwise sum, stored, then the norm of the stored sum.
+  // add_rms_norm's two steps, the elementwise sum, stored, then the norm of the stored sum:
+  // one kernel over dense rows (one pass on CUDA), else add_out's strided kernel first.
+  if (x.is_contiguous() && residual.is_contiguous()) {
+    MICROLLM_KERNEL(x.device(), add_rms_norm_forward, x, residual, weight, eps, sum_out,
+                    normed_out);
+    return;
+  }
   add_out(x, residual, sum_out);
   MICROLLM_KERNEL(x.device(), rms_norm_forward, sum_out, weight, eps, normed_out, Tensor());
 }

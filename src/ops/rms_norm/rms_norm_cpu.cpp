@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "../common.h"
+#include "microllm/ops/elementwise.h"
 #include "rms_norm_kernels.h"
 
 namespace microllm::ops {
@@ -28,6 +29,12 @@ void rms_norm_forward_cpu(const Tensor& x, const Tensor& weight, double eps, con
       for (int64_t i = 0; i < n; ++i) py[r * n + i] = pw[i] * (xr[i] * inv);
     }
   });
+}
+
+void add_rms_norm_forward_cpu(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                              double eps, const Tensor& sum, const Tensor& y) {
+  add_out(x, residual, sum);
+  rms_norm_forward_cpu(sum, weight, eps, y, Tensor());
 }
 
 void rms_norm_backward_cpu(const Tensor& x, const Tensor& weight, const Tensor& rstd,

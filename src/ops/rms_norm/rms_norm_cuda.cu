@@ -7,11 +7,12 @@
 //   dx = rstd · (g − x̂ · mean(g · x̂)),  g = dy · weight,  x̂ = x · rstd
 //   dweight = Σ_rows dy · x̂
 //
-// Row kernels (forward, dx): one warp per row when the row is short (4 rows per block), one
-// block per row otherwise. A thread walks its row in groups of kVec<T> consecutive elements
-// (16 bytes): one vector load per group when C and the pointers allow, else element loads
-// with zeros past C. Both paths add in the same order, so the result does not depend on
-// alignment.
+// Forward: one block per row, one 16-byte group of kVec<T> consecutive elements per thread
+// (up to 1,024 threads), so a decode row costs one load latency; add_rms_norm's residual add
+// runs in the same pass. dx: one warp per row when the row is short (4 rows per block), one
+// block per row otherwise. A thread walks its row in groups: one vector load per group when
+// C and the pointers allow, else element loads with zeros past C. Both paths add in the same
+// order, so the result does not depend on alignment.
 //
 // dweight is a column sum over all rows, done without atomics so it is deterministic:
 // kernel 1 gives each block a tile of columns and a fixed chunk of rows and writes the
@@ -27,7 +28,7 @@ namespace {
 
 using namespace cuda_detail;
 
-// Rows up to this many groups go one per warp (≤ 4 groups per lane); longer rows one per block.
+// dx: rows up to this many groups go one per warp (≤ 4 groups per lane); longer rows one per block.
 constexpr int64_t kWarpRowMaxGroups = 4 * kWarp;
 constexpr int kRowsPerWarpBlock = 4;
 // dweight partial sums: a block covers kColThreads column groups × kRowLanes rows at a time.
@@ -78,35 +79,64 @@ __device__ __forceinline__ float row_sum(float v, float* scratch) {
   return blockDim.x == kWarp ? warp_sum(v) : block_sum(v, scratch);
 }
 
-// x, y (R, C); weight (C); rstd (R) or null (not saved). blockDim (32, rows per block) or
-// (threads, 1).
+// The group of row x starting at column c0 as floats; with a residual row, the group of
+// x + residual, rounded once to T (as add_out rounds), stored to `sum`, and returned as
+// stored: the norm reads what the residual stream keeps.
 template <class T>
-__global__ void rms_norm_forward_kernel(const T* x, const T* weight, float eps, T* y, float* rstd,
-                                        int64_t rows, int64_t C, bool vec) {
+__device__ __forceinline__ void load_sum_group(const T* x, const T* residual, T* sum, int64_t c0,
+                                               int64_t C, bool vec, float (&out)[kVec<T>]) {
+  load_group(x, c0, C, vec, out);
+  if (residual == nullptr) return;
+  float r[kVec<T>];
+  load_group(residual, c0, C, vec, r);
+#pragma unroll
+  for (int j = 0; j < kVec<T>; ++j) out[j] = to_float(from_float<T>(out[j] + r[j]));
+  store_group(sum, c0, C, vec, out);
+}
+
+// y = weight · (s · rstd) for s = x, or s = x + residual (stored to sum; sum may be x or
+// residual itself, each thread rewriting the elements it read). x, residual, sum, y (R, C);
+// weight (C); rstd (R) or null (not saved). One block per row, blockDim.x a multiple of 32.
+// A thread adds the squares of its groups in column order, then block_sum: the order
+// depends on C and blockDim.x alone, which the launch derives from C (so a row's result does
+// not depend on how many rows share the call). When a thread owns one group (groups ≤
+// blockDim.x) it keeps the group and its weights in registers for the output pass.
+template <class T>
+__global__ void rms_norm_forward_kernel(const T* x, const T* residual, const T* weight, float eps,
+                                        T* sum, T* y, float* rstd, int64_t rows, int64_t C,
+                                        bool vec) {
   constexpr int W = kVec<T>;
   __shared__ float scratch[kWarp];
   const int64_t groups = (C + W - 1) / W;
-  // Row loop bounds are uniform over the threads of a row (warp or block).
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; r < rows;
-       r += static_cast<int64_t>(gridDim.x) * blockDim.y) {
+  const bool one_group = groups <= blockDim.x;  // uniform over the block
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * C;
-    // Sum of squares in F32.
+    const T* rr = residual != nullptr ? residual + r * C : nullptr;
+    T* sr = residual != nullptr ? sum + r * C : nullptr;
+    const T* src = residual != nullptr ? sr : xr;  // the row that is normalized
+    float v[W], w[W];
     float sum_sq = 0.0f;
     for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
-      float v[W];
-      load_group(xr, g * W, C, vec, v);
+      load_sum_group(xr, rr, sr, g * W, C, vec, v);
+      if (one_group) load_group(weight, g * W, C, vec, w);
 #pragma unroll
       for (int j = 0; j < W; ++j) sum_sq += v[j] * v[j];
     }
-    sum_sq = row_sum(sum_sq, scratch);
+    sum_sq = block_sum(sum_sq, scratch);
     const float inv = 1.0f / sqrtf(sum_sq / static_cast<float>(C) + eps);
     if (threadIdx.x == 0 && rstd != nullptr) rstd[r] = inv;
-    // y = weight · (x · rstd). Re-reading x is cheap: this row was just read, so it comes
-    // from L1/L2, and no register or shared-memory cache bounds C.
     T* yr = y + r * C;
+    if (one_group) {
+      if (threadIdx.x < groups) {
+#pragma unroll
+        for (int j = 0; j < W; ++j) v[j] = w[j] * (v[j] * inv);
+        store_group(yr, threadIdx.x * W, C, vec, v);
+      }
+      continue;
+    }
+    // Long rows: re-read the row (this thread's own writes, or L1/L2) and the weight.
     for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
-      float v[W], w[W];
-      load_group(xr, g * W, C, vec, v);
+      load_group(src, g * W, C, vec, v);
       load_group(weight, g * W, C, vec, w);
 #pragma unroll
       for (int j = 0; j < W; ++j) v[j] = w[j] * (v[j] * inv);
@@ -220,7 +250,7 @@ __global__ void rms_norm_dweight_finish_kernel(const float* partial, int64_t num
   }
 }
 
-// Launch shape of the row kernels for rows of `groups` groups.
+// Launch shape of the dx kernel for rows of `groups` groups.
 struct RowLaunch {
   dim3 block;
   unsigned grid;
@@ -236,21 +266,40 @@ RowLaunch row_launch(int64_t rows, int64_t groups) {
   return {dim3(static_cast<unsigned>(threads), 1), grid_for(rows, 1)};
 }
 
-}  // namespace
+// Threads of the forward kernel's block for rows of `groups` groups: one group per thread
+// up to 1,024 threads (one load latency per row, not one per group), more per thread beyond.
+unsigned norm_threads(int64_t groups) {
+  return static_cast<unsigned>(std::clamp<int64_t>(ceil_div(groups, kWarp) * kWarp, kWarp, 1024));
+}
 
-void rms_norm_forward_cuda(const Tensor& x, const Tensor& weight, double eps, const Tensor& y,
-                           const Tensor& rstd) {
+void launch_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps,
+                         const Tensor& sum, const Tensor& y, const Tensor& rstd) {
   const int64_t C = x.size(-1), rows = x.numel() / C;
   if (rows == 0) return;
   dispatch_cuda_float(x.dtype(), "rms_norm", [&](auto tag) {
     using T = decltype(tag);
-    const bool vec = C % kVec<T> == 0 && aligned16({x.raw_data(), weight.raw_data(), y.raw_data()});
-    const RowLaunch launch = row_launch(rows, ceil_div(C, kVec<T>));
-    rms_norm_forward_kernel<T><<<launch.grid, launch.block, 0, stream_of(x)>>>(
-        ptr<const T>(x), ptr<const T>(weight), static_cast<float>(eps), ptr<T>(y),
-        rstd.defined() ? ptr<float>(rstd) : nullptr, rows, C, vec);
+    const bool add = residual.defined();
+    bool vec = C % kVec<T> == 0 && aligned16({x.raw_data(), weight.raw_data(), y.raw_data()});
+    if (add) vec = vec && aligned16({residual.raw_data(), sum.raw_data()});
+    rms_norm_forward_kernel<T>
+        <<<grid_for(rows, 1), norm_threads(ceil_div(C, kVec<T>)), 0, stream_of(x)>>>(
+            ptr<const T>(x), add ? ptr<const T>(residual) : nullptr, ptr<const T>(weight),
+            static_cast<float>(eps), add ? ptr<T>(sum) : nullptr, ptr<T>(y),
+            rstd.defined() ? ptr<float>(rstd) : nullptr, rows, C, vec);
     CUDA_CHECK_LAUNCH("rms_norm_forward_kernel");
   });
+}
+
+}  // namespace
+
+void rms_norm_forward_cuda(const Tensor& x, const Tensor& weight, double eps, const Tensor& y,
+                           const Tensor& rstd) {
+  launch_norm_forward(x, Tensor(), weight, eps, Tensor(), y, rstd);
+}
+
+void add_rms_norm_forward_cuda(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                               double eps, const Tensor& sum, const Tensor& y) {
+  launch_norm_forward(x, residual, weight, eps, sum, y, Tensor());
 }
 
 void rms_norm_backward_cuda(const Tensor& x, const Tensor& weight, const Tensor& rstd,

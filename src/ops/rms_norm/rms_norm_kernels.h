@@ -12,12 +12,18 @@ namespace microllm::ops {
 // overlap x or weight.
 void rms_norm_forward_cpu(const Tensor& x, const Tensor& weight, double eps, const Tensor& y,
                           const Tensor& rstd);
+// sum = x + residual (rounded to the dtype), then y = rms_norm(sum): one pass on CUDA. sum
+// may be x or residual; y overlaps none of them.
+void add_rms_norm_forward_cpu(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                              double eps, const Tensor& sum, const Tensor& y);
 // dx (R, C) and dweight (C) from dy; dweight is overwritten.
 void rms_norm_backward_cpu(const Tensor& x, const Tensor& weight, const Tensor& rstd,
                            const Tensor& dy, const Tensor& dx, const Tensor& dweight);
 #if MICROLLM_WITH_CUDA
 void rms_norm_forward_cuda(const Tensor& x, const Tensor& weight, double eps, const Tensor& y,
                            const Tensor& rstd);
+void add_rms_norm_forward_cuda(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                               double eps, const Tensor& sum, const Tensor& y);
 void rms_norm_backward_cuda(const Tensor& x, const Tensor& weight, const Tensor& rstd,
                             const Tensor& dy, const Tensor& dx, const Tensor& dweight);
 #endif

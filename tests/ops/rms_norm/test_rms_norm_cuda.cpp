@@ -8,10 +8,12 @@
 #include <vector>
 
 #include "cuda/cuda_test_utils.h"
+#include "microllm/autograd/node.h"
 #include "microllm/core/random.h"
 #include "microllm/ops/ops.h"
 
 using namespace microllm;
+using microllm::testing::bit_equal;
 using microllm::testing::cuda_matches_cpu;
 using microllm::testing::CudaCheckOptions;
 
@@ -131,5 +133,43 @@ TEST(CudaAddRmsNorm, BothOutputsOrOneUsed) {
           [](const auto& v) { return ops::add_rms_norm(v[0], v[1], v[2], 1e-6).sum; },
           {x, residual, frozen}, in(dtype)))
           << dtype << " sum, x " << shape_str(shape);
+    }
+}
+
+// add_rms_norm_out runs the add and the norm in one kernel over dense rows; its two outputs
+// must be the bits of add followed by rms_norm (the unfused path, which strided operands
+// take), in place or not, at decode widths, odd widths and rows longer than one group per
+// thread (BF16 C > 8192, F32 C > 4096). A row's bits must not depend on how many rows share
+// the call (the launch shape is derived from C alone).
+TEST(CudaAddRmsNorm, OutFormIsTheUnfusedBitsAndRowCountInvariant) {
+  MICROLLM_REQUIRE_CUDA();
+  autograd::NoGradGuard no_grad;
+  for (DType dtype : kAllDtypes)
+    for (const int64_t C : std::vector<int64_t>{64, 896, 1000, 1536, 4100, 8200}) {
+      const int64_t R = 7;
+      const Device gpu = Device::cuda(0);
+      const Tensor x = leaf({R, C}, 20).detach().to(dtype).to(gpu);              // (R, C)
+      const Tensor residual = leaf({R, C}, 21).detach().to(dtype).to(gpu);       // (R, C)
+      const Tensor weight = leaf({C}, 22, 1.0, 0.5).detach().to(dtype).to(gpu);  // (C)
+      const Tensor want_sum = ops::add(x, residual);
+      const Tensor want_normed = ops::rms_norm(want_sum, weight, 1e-6);
+      const Tensor sum = Tensor::empty({R, C}, dtype, x.device());
+      const Tensor normed = Tensor::empty({R, C}, dtype, x.device());
+      ops::add_rms_norm_out(x, residual, weight, 1e-6, sum, normed);
+      EXPECT_TRUE(bit_equal(sum, want_sum)) << dtype << " C " << C;
+      EXPECT_TRUE(bit_equal(normed, want_normed)) << dtype << " C " << C;
+      // In place into the residual stream.
+      const Tensor stream = x.clone();
+      ops::add_rms_norm_out(stream, residual, weight, 1e-6, stream, normed);
+      EXPECT_TRUE(bit_equal(stream, want_sum)) << dtype << " C " << C << " in place";
+      EXPECT_TRUE(bit_equal(normed, want_normed)) << dtype << " C " << C << " in place";
+      // Row 3 alone.
+      const Tensor one_sum = Tensor::empty({1, C}, dtype, x.device());
+      const Tensor one_normed = Tensor::empty({1, C}, dtype, x.device());
+      ops::add_rms_norm_out(x.narrow(0, 3, 1), residual.narrow(0, 3, 1), weight, 1e-6, one_sum,
+                            one_normed);
+      EXPECT_TRUE(bit_equal(one_normed, want_normed.narrow(0, 3, 1))) << dtype << " C " << C;
+      ops::rms_norm_out(want_sum.narrow(0, 3, 1), weight, 1e-6, one_normed);
+      EXPECT_TRUE(bit_equal(one_normed, want_normed.narrow(0, 3, 1))) << dtype << " C " << C;
     }
 }
