@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Sums the kernels of the last decode step in an Nsight Compute CSV by kernel name.
+
+Input: the CSV of `ncu --metrics gpu__time_duration.sum --csv --print-units base` over a
+`microllm_bench_generate` run (scripts/gpu/profile_decode.sh writes it). A step launches
+`gather_rows_kernel` twice, first for the token embeddings and last for the sequences' last
+rows (then the LM head, sampling and log-probabilities): the last step runs from the
+second-to-last gather to the end. ncu serializes
+kernels and flushes caches before each, so a duration bounds its in-graph time from above;
+the shares rank the kernels, their sum is not the step time.
+
+    ncu_step_summary.py PROFILE.csv [PROFILE.csv ...]
+"""
+import collections
+import csv
+import re
+import sys
+
+def kernels(path: str) -> list[tuple[str, float, str]]:
+    """(short name, microseconds, grid) per profiled kernel, in launch order."""
+    with open(path, encoding="utf-8") as f:
+        lines = [line for line in f if line.startswith('"')]  # skip ncu's log lines
+    out = []
+    for row in csv.DictReader(lines):
+        name = re.sub(r"\(.*", "", row["Kernel Name"]).replace("void ops::<unnamed>::", "")
+        out.append((name, float(row["Metric Value"].replace(",", "")) / 1000.0, row["Grid Size"]))
+    return out
+
+
+def last_step(ks: list[tuple[str, float, str]]) -> list[tuple[str, float, str]]:
+    gathers = [i for i, (name, _, _) in enumerate(ks) if name.startswith("gather_rows")]
+    if len(gathers) < 2:
+        raise SystemExit("ncu_step_summary: fewer than two decode steps in the profile")
+    return ks[gathers[-2]:]
+
+
+def summary(path: str) -> str:
+    step = last_step(kernels(path))
+    total = sum(t for _, t, _ in step)
+    groups: dict[str, list[float]] = collections.OrderedDict()
+    for name, t, grid in step:
+        groups.setdefault(f"{name[:55]} grid {grid}", []).append(t)
+    lines = [f"{path}: last step {len(step)} kernels, {total:.1f} us summed"]
+    for key, times in sorted(groups.items(), key=lambda kv: -sum(kv[1])):
+        s = sum(times)
+        lines.append(f"  {len(times):4d} x {key:<72} {s:8.1f} us {100 * s / total:5.1f} %"
+                     f"  ({s / len(times):.2f} each)")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        raise SystemExit(__doc__)
+    print("\n".join(summary(p) for p in sys.argv[1:]))
