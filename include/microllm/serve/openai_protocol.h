@@ -1,0 +1,94 @@
+// The OpenAI-compatible request side of `microllm serve`: a JSON body → a typed request, or
+// one ApiError (HTTP status + OpenAI's {"error": {"message", "type", "param", "code"}}
+// body) naming the first bad field, raised before anything is streamed.
+//
+// What is checked here is what the body alone decides: JSON syntax, the body is an object,
+// every known field has its type and range, the model is one this server serves. What needs
+// the tokenizer or the engine (the prompt's length against the context, the chat template)
+// is checked by the handler, with the same ApiError. Fields OpenAI defines that microllm
+// does not implement (tools, logit_bias, response_format, echo, best_of, suffix, …) are a
+// 400 naming the field, never silently ignored; `user` is accepted and ignored; other
+// unknown fields are a 400 too ("Unrecognized request argument supplied", as OpenAI says).
+// References: OpenAI's API reference for /v1/chat/completions and /v1/completions (field
+// names, types, ranges, defaults) and its error object.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "microllm/infer/sampling_params.h"
+
+namespace microllm::serve {
+
+// An error as OpenAI returns it. `param` and `code` are null in the body when empty.
+struct ApiError {
+  int status = 400;                            // HTTP status: 400, 404, 413, 500, 503
+  std::string message;                         // what was expected, what was found, where
+  std::string type = "invalid_request_error";  // or "not_found_error", "server_error"
+  std::string param;                           // the offending field ("messages[1].content")
+  std::string code;                            // e.g. "model_not_found", "context_length_exceeded"
+
+  // {"error": {"message": …, "type": …, "param": … | null, "code": … | null}}
+  std::string body() const;
+};
+
+// Thrown by the parser (and the handlers) for a request that gets an error response.
+class ApiException : public std::runtime_error {
+ public:
+  explicit ApiException(ApiError error)
+      : std::runtime_error(error.message), error_(std::move(error)) {}
+  const ApiError& error() const { return error_; }
+
+ private:
+  ApiError error_;
+};
+
+enum class Endpoint { chat_completions, completions };
+
+// One chat message; `content` is the text (an array of text parts is joined in order).
+struct ChatMessage {
+  std::string role;  // system, developer, user or assistant
+  std::string content;
+};
+
+// What the server serves and accepts.
+struct ProtocolLimits {
+  std::vector<std::string> model_names;  // `model` must be one of these
+  int64_t max_n = 16;                    // n ∈ [1, max_n]
+  int64_t max_stop = 4;                  // stop strings, OpenAI's limit
+  int32_t max_top_logprobs = infer::kMaxLogprobs;
+};
+
+// A parsed, range-checked request of either endpoint.
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::chat_completions;
+  std::string model;
+  std::vector<ChatMessage> messages;  // chat: at least one
+  std::string prompt;                 // completions: the text, when given as a string
+  std::vector<int32_t> prompt_ids;    // completions: the ids, when given as token ids
+  bool prompt_is_ids = false;
+  // Generated tokens at most; unset = up to the context (the handler decides).
+  std::optional<int64_t> max_tokens;
+  // Sampling as the engine takes it; its max_new_tokens and logprobs are set by the handler
+  // from max_tokens and the context, and from `logprobs` below. OpenAI's defaults:
+  // temperature 1, top_p 1; penalties off.
+  infer::SamplingParams sampling;
+  bool seeded = false;            // `seed` was given (else the handler draws one)
+  std::vector<std::string> stop;  // ≤ max_stop non-empty strings
+  int64_t n = 1;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  // Chat: `logprobs` true → the sampled token's log-probability, plus `top_logprobs` (0…20)
+  // alternatives. Completions: `logprobs` N (0…20) → sampled + top N. −1 = none.
+  int32_t logprobs = -1;
+};
+
+// Parses and validates `body` for `endpoint`. Throws ApiException with the first problem.
+CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view body,
+                                           const ProtocolLimits& limits);
+
+}  // namespace microllm::serve
