@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "microllm/infer/sampling_params.h"
@@ -90,5 +91,53 @@ struct CompletionRequest {
 // Parses and validates `body` for `endpoint`. Throws ApiException with the first problem.
 CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view body,
                                            const ProtocolLimits& limits);
+
+// ---- responses (src/serve/openai_response.cpp) --------------------------------------------
+// JSON text in OpenAI's shapes: a whole response, or the SSE events of a stream. Every chunk
+// of one response carries the same id, created and model; finish_reason is null until a
+// choice's last chunk; with include_usage every chunk has "usage": null and a final chunk
+// with "choices": [] carries the usage.
+
+struct Usage {
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+};
+
+// One generated token's log-probability and, when asked, its alternatives.
+struct TokenLogprob {
+  std::string token;  // the token's text (its bytes may be an incomplete UTF-8 character)
+  double logprob = 0.0;
+  std::vector<std::pair<std::string, double>> top;  // most likely first
+};
+
+// One choice of a response, or the part of it one chunk carries.
+struct ChoiceOutput {
+  int64_t index = 0;
+  std::string text;                          // the whole text, or this chunk's delta
+  std::optional<std::string> finish_reason;  // "stop", "length"; unset = null
+  bool with_logprobs = false;                // the request asked for logprobs
+  std::vector<TokenLogprob> logprobs;        // the tokens of `text`
+  int64_t text_offset = 0;  // characters of the choice's text before `text` (completions)
+};
+
+// Who a response belongs to: "chatcmpl-…" or "cmpl-…" ids, Unix seconds, the model name.
+struct ResponseHeader {
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+};
+
+// The non-streaming response body.
+std::string response_json(Endpoint endpoint, const ResponseHeader& header,
+                          const std::vector<ChoiceOutput>& choices, const Usage& usage);
+// One SSE event ("data: {…}\n\n") holding one choice's delta. Chat: `first` adds the
+// assistant role to the delta. `include_usage` adds "usage": null.
+std::string chunk_event(Endpoint endpoint, const ResponseHeader& header, const ChoiceOutput& choice,
+                        bool first, bool include_usage);
+// The final usage event ("choices": []), sent before done_event() when include_usage.
+std::string usage_event(Endpoint endpoint, const ResponseHeader& header, const Usage& usage);
+// An error inside a stream that has started: "data: {"error": …}\n\n".
+std::string error_event(const ApiError& error);
+// "data: [DONE]\n\n".
+std::string done_event();
 
 }  // namespace microllm::serve
