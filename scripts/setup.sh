@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev # tests and micro-benchmarks
   python3 python3-numpy python3-pytest python3-torch  # PyTorch oracle suite (/usr/bin/python3)
   libpcre2-dev libutf8proc-dev              # tokenizer: Split regexes, NFC and Unicode categories
+  libcpp-httplib-dev                        # the HTTP server (microllm serve)
   clang-format-14                           # the format gate (scripts/check_format.sh)
 )
 # Tokenizer parity oracle (node + npm). A node already on PATH (e.g. NodeSource's, which

@@ -20,5 +20,8 @@ Command add_forward_command(CLI::App& parent);
 Command add_tokenize_command(CLI::App& parent);
 Command add_generate_command(CLI::App& parent);
 Command add_chat_command(CLI::App& parent);
+#if MICROLLM_WITH_SERVER
+Command add_serve_command(CLI::App& parent);
+#endif
 
 }  // namespace microllm::app

@@ -8,12 +8,15 @@
 int main(int argc, char** argv) {
   CLI::App app{"microllm: train, serve and verify small decoder-only language models"};
   app.require_subcommand(1);
-  const std::vector<microllm::app::Command> commands = {
+  std::vector<microllm::app::Command> commands = {
       microllm::app::add_demo_command(app),      microllm::app::add_inspect_command(app),
       microllm::app::add_tokenizer_command(app), microllm::app::add_train_command(app),
       microllm::app::add_eval_command(app),      microllm::app::add_launch_command(app),
       microllm::app::add_forward_command(app),   microllm::app::add_tokenize_command(app),
       microllm::app::add_generate_command(app),  microllm::app::add_chat_command(app),
   };
+#if MICROLLM_WITH_SERVER
+  commands.push_back(microllm::app::add_serve_command(app));
+#endif
   return microllm::apps::run_subcommands(app, commands, argc, argv, "microllm");
 }

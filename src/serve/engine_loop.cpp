@@ -13,6 +13,11 @@ std::optional<StreamEvent> RequestStream::next(std::chrono::milliseconds timeout
   return event;
 }
 
+bool RequestStream::ready() {
+  std::lock_guard lock(mutex_);
+  return !events_.empty();
+}
+
 void RequestStream::push(StreamEvent event) {
   {
     std::lock_guard lock(mutex_);

@@ -304,7 +304,8 @@ void parse_logprobs(Body& body, CompletionRequest& r, const ProtocolLimits& limi
 }  // namespace
 
 CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view text,
-                                           const ProtocolLimits& limits) {
+                                           const ProtocolLimits& limits,
+                                           const infer::SamplingParams& defaults) {
   json document;
   try {
     document = json::parse(text.begin(), text.end());
@@ -345,17 +346,19 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view t
   r.max_tokens = max_completion ? max_completion : max_tokens;  // the newer name wins
 
   infer::SamplingParams& s = r.sampling;
-  s.temperature = static_cast<float>(body.number("temperature", 0.0, 2.0, false).value_or(1.0));
-  s.top_p = static_cast<float>(body.number("top_p", 0.0, 1.0, true).value_or(1.0));
-  s.top_k =
-      static_cast<int32_t>(std::max<int64_t>(0, body.integer("top_k", -1, kMaxInt).value_or(0)));
-  s.min_p = static_cast<float>(body.number("min_p", 0.0, 1.0, false).value_or(0.0));
-  s.presence_penalty =
-      static_cast<float>(body.number("presence_penalty", -2.0, 2.0, false).value_or(0.0));
-  s.frequency_penalty =
-      static_cast<float>(body.number("frequency_penalty", -2.0, 2.0, false).value_or(0.0));
-  s.repetition_penalty =
-      static_cast<float>(body.number("repetition_penalty", 0.0, 2.0, true).value_or(1.0));
+  s = defaults;
+  const auto real = [&](const char* key, double lo, double hi, bool lo_open, float fallback) {
+    const std::optional<double> v = body.number(key, lo, hi, lo_open);
+    return v ? static_cast<float>(*v) : fallback;
+  };
+  s.temperature = real("temperature", 0.0, 2.0, false, s.temperature);
+  s.top_p = real("top_p", 0.0, 1.0, true, s.top_p);
+  if (const auto k = body.integer("top_k", -1, kMaxInt))
+    s.top_k = static_cast<int32_t>(std::max<int64_t>(0, *k));
+  s.min_p = real("min_p", 0.0, 1.0, false, s.min_p);
+  s.presence_penalty = real("presence_penalty", -2.0, 2.0, false, s.presence_penalty);
+  s.frequency_penalty = real("frequency_penalty", -2.0, 2.0, false, s.frequency_penalty);
+  s.repetition_penalty = real("repetition_penalty", 0.0, 2.0, true, s.repetition_penalty);
   if (const auto seed = body.integer("seed", std::numeric_limits<int64_t>::min(),
                                      std::numeric_limits<int64_t>::max())) {
     s.seed = static_cast<uint64_t>(*seed);

@@ -238,3 +238,25 @@ TEST(OpenAiRequest, ErrorBodyIsOpenAisShape) {
   e.message = "bad \xff byte";
   EXPECT_NO_THROW(nlohmann::json::parse(ApiError(e).body()));
 }
+
+TEST(OpenAiRequest, OmittedSamplingFieldsKeepTheModelDefaults) {
+  microllm::infer::SamplingParams defaults;  // as a generation_config.json may set them
+  defaults.temperature = 0.7f;
+  defaults.top_p = 0.8f;
+  defaults.top_k = 20;
+  defaults.repetition_penalty = 1.05f;
+  const CompletionRequest kept =
+      parse_completion_request(Endpoint::chat_completions, "{" + kHello + "}", kLimits, defaults);
+  EXPECT_EQ(kept.sampling.temperature, 0.7f);
+  EXPECT_EQ(kept.sampling.top_p, 0.8f);
+  EXPECT_EQ(kept.sampling.top_k, 20);
+  EXPECT_EQ(kept.sampling.repetition_penalty, 1.05f);
+  const CompletionRequest given = parse_completion_request(
+      Endpoint::chat_completions,
+      "{" + kHello + R"(, "temperature": 0, "top_k": null, "top_p": 1, "repetition_penalty": 1})",
+      kLimits, defaults);
+  EXPECT_EQ(given.sampling.temperature, 0.0f);
+  EXPECT_EQ(given.sampling.top_k, 20);  // null = not given
+  EXPECT_EQ(given.sampling.top_p, 1.0f);
+  EXPECT_EQ(given.sampling.repetition_penalty, 1.0f);
+}

@@ -53,6 +53,7 @@ class RequestStream {
   int64_t id() const { return id_; }
   // The next event, waiting at most `timeout`; nullopt when none came in time.
   std::optional<StreamEvent> next(std::chrono::milliseconds timeout);
+  bool ready();  // an event is waiting
   void push(StreamEvent event);
 
  private:

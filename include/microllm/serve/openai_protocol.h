@@ -75,8 +75,8 @@ struct CompletionRequest {
   // Generated tokens at most; unset = up to the context (the handler decides).
   std::optional<int64_t> max_tokens;
   // Sampling as the engine takes it; its max_new_tokens and logprobs are set by the handler
-  // from max_tokens and the context, and from `logprobs` below. OpenAI's defaults:
-  // temperature 1, top_p 1; penalties off.
+  // from max_tokens and the context, and from `logprobs` below; unset fields keep the
+  // defaults given to the parser.
   infer::SamplingParams sampling;
   bool seeded = false;            // `seed` was given (else the handler draws one)
   std::vector<std::string> stop;  // ≤ max_stop non-empty strings
@@ -88,9 +88,12 @@ struct CompletionRequest {
   int32_t logprobs = -1;
 };
 
-// Parses and validates `body` for `endpoint`. Throws ApiException with the first problem.
+// Parses and validates `body` for `endpoint`. Sampling fields the body leaves out (or
+// null) keep their value in `defaults` (the model folder's generation_config.json; the
+// default SamplingParams are OpenAI's defaults). Throws ApiException with the first problem.
 CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view body,
-                                           const ProtocolLimits& limits);
+                                           const ProtocolLimits& limits,
+                                           const infer::SamplingParams& defaults = {});
 
 // ---- responses (src/serve/openai_response.cpp) --------------------------------------------
 // JSON text in OpenAI's shapes: a whole response, or the SSE events of a stream. Every chunk

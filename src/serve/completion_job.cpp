@@ -1,0 +1,205 @@
+// CompletionJob (see completion_job.h).
+#include "microllm/serve/completion_job.h"
+
+#include <random>
+
+#include "microllm/core/error.h"
+
+namespace microllm::serve {
+namespace {
+
+[[noreturn]] void fail(std::string param, std::string message, std::string code = "") {
+  ApiError e;
+  e.param = std::move(param);
+  e.message = std::move(message);
+  e.code = std::move(code);
+  throw ApiException(std::move(e));
+}
+
+// The prompt ids of a request: the rendered chat, the encoded text, or the ids as given.
+std::vector<int32_t> prompt_ids_of(const CompletionRequest& r, const ModelContext& m) {
+  const io::Tokenizer& tok = *m.tokenizer;
+  if (r.endpoint == Endpoint::chat_completions) {
+    if (!m.chat_template)
+      fail("messages", "the model '" + m.name +
+                           "' has no chat template; use /v1/completions, or start the server "
+                           "with a chat template family");
+    std::vector<io::ChatMessage> messages;
+    for (const ChatMessage& msg : r.messages)  // OpenAI's developer role is a system message
+      messages.push_back({msg.role == "developer" ? "system" : msg.role, msg.content, {}});
+    io::ChatOptions options;
+    options.add_generation_prompt = true;
+    std::string text;
+    try {
+      text = m.chat_template->render(messages, options);
+    } catch (const Error& e) {
+      fail("messages", std::string("the chat template cannot render these messages: ") + e.what());
+    }
+    return tok.encode(text, /*add_special_tokens=*/false);
+  }
+  if (!r.prompt_is_ids) return tok.encode(r.prompt, /*add_special_tokens=*/true);
+  const int64_t vocab = tok.vocab_size();
+  for (size_t i = 0; i < r.prompt_ids.size(); ++i)
+    if (r.prompt_ids[i] >= vocab)
+      fail("prompt", "token id " + std::to_string(r.prompt_ids[i]) + " at index " +
+                         std::to_string(i) + " is outside the vocabulary of " +
+                         std::to_string(vocab) + " tokens");
+  return r.prompt_ids;
+}
+
+}  // namespace
+
+CompletionJob::CompletionJob(const CompletionRequest& r, const ModelContext& model,
+                             EngineLoop& loop)
+    : model_(model), loop_(loop), with_logprobs_(r.logprobs >= 0) {
+  MICROLLM_CHECK(model.tokenizer != nullptr, "serve", "the served model has no tokenizer");
+  prompt_ids_ = prompt_ids_of(r, model);
+  const auto P = static_cast<int64_t>(prompt_ids_.size());
+  const int64_t context = model.max_model_len;
+  const std::string prompt_param = r.endpoint == Endpoint::chat_completions ? "messages" : "prompt";
+  if (P == 0) fail(prompt_param, "the prompt is empty after tokenization");
+  if (P >= context)
+    fail(prompt_param,
+         "This model's maximum context length is " + std::to_string(context) +
+             " tokens. However, your prompt has " + std::to_string(P) + " tokens.",
+         "context_length_exceeded");
+  if (r.max_tokens && P + *r.max_tokens > context)
+    fail("max_tokens",
+         "This model's maximum context length is " + std::to_string(context) +
+             " tokens. However, you requested " + std::to_string(P + *r.max_tokens) + " tokens (" +
+             std::to_string(P) + " in the prompt, " + std::to_string(*r.max_tokens) +
+             " in the completion).",
+         "context_length_exceeded");
+  infer::SamplingParams params = r.sampling;
+  params.max_new_tokens = r.max_tokens.value_or(context - P);
+  params.logprobs = r.logprobs;
+  if (!r.seeded) params.seed = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+  try {
+    for (int64_t i = 0; i < r.n; ++i) {
+      infer::SamplingParams p = params;
+      p.seed = params.seed + static_cast<uint64_t>(i);
+      Choice c;
+      c.text = std::make_unique<TextStream>(*model.tokenizer, r.stop);
+      c.stream = loop.submit(prompt_ids_, p);
+      choices_.push_back(std::move(c));
+      ChoiceOutput total;
+      total.index = i;
+      total.with_logprobs = with_logprobs_;
+      totals_.push_back(std::move(total));
+    }
+  } catch (const Error& e) {
+    abort();
+    if (!loop.running()) {
+      ApiError err;
+      err.status = 503;
+      err.type = "server_error";
+      err.message = e.what();
+      throw ApiException(std::move(err));
+    }
+    fail("", e.what());
+  }
+}
+
+CompletionJob::~CompletionJob() { abort(); }
+
+void CompletionJob::abort() {
+  for (Choice& c : choices_)
+    if (!c.done) {
+      loop_.abort(c.stream->id());
+      c.done = true;
+    }
+}
+
+bool CompletionJob::done() const {
+  for (const Choice& c : choices_)
+    if (!c.done) return false;
+  return true;
+}
+
+Usage CompletionJob::usage() const {
+  Usage u;
+  u.prompt_tokens = prompt_tokens();
+  for (const Choice& c : choices_) u.completion_tokens += c.tokens;
+  return u;
+}
+
+TokenLogprob CompletionJob::logprob_of(const infer::TokenOutput& t) const {
+  const io::Tokenizer& tok = *model_.tokenizer;
+  TokenLogprob lp;
+  lp.token = tok.decode(std::vector<int32_t>{t.token}, /*skip_special_tokens=*/false);
+  lp.logprob = t.logprob;
+  for (const auto& [id, value] : t.top_logprobs)
+    lp.top.emplace_back(tok.decode(std::vector<int32_t>{id}, false), value);
+  return lp;
+}
+
+void CompletionJob::take(size_t i, StreamEvent event, ChoiceOutput& piece) {
+  Choice& c = choices_[i];
+  ChoiceOutput& total = totals_[i];
+  if (event.is_error) {
+    abort();
+    ApiError err;
+    err.status = 500;
+    err.type = "server_error";
+    err.message = event.error;
+    throw ApiException(std::move(err));
+  }
+  const infer::TokenOutput& t = event.token;
+  ++c.tokens;
+  if (with_logprobs_) {
+    piece.logprobs.push_back(logprob_of(t));
+    total.logprobs.push_back(piece.logprobs.back());
+  }
+  std::string text = c.text->push(t.token);
+  std::optional<std::string> finish;
+  if (c.text->stopped()) {
+    loop_.abort(c.stream->id());  // the stop string ends the request; blocks freed next step
+    finish = "stop";
+  } else if (t.finished) {
+    text += c.text->finish();
+    finish = t.finish_reason;
+  }
+  piece.text += text;
+  total.text += text;
+  if (finish) {
+    c.done = true;
+    piece.finish_reason = total.finish_reason = finish;
+  }
+}
+
+std::vector<ChoiceOutput> CompletionJob::poll(std::chrono::milliseconds timeout) {
+  // Unless some choice has an event ready, wait for the first running choice's next one.
+  bool ready = false;
+  for (const Choice& c : choices_) ready = ready || (!c.done && c.stream->ready());
+  size_t first = choices_.size();
+  std::optional<StreamEvent> first_event;
+  for (size_t i = 0; i < choices_.size() && !ready; ++i) {
+    if (choices_[i].done) continue;
+    first_event = choices_[i].stream->next(timeout);
+    first = i;
+    break;
+  }
+  std::vector<ChoiceOutput> pieces;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    Choice& c = choices_[i];
+    ChoiceOutput piece;
+    piece.index = static_cast<int64_t>(i);
+    piece.with_logprobs = with_logprobs_;
+    for (const char ch : totals_[i].text) piece.text_offset += (ch & 0xC0) != 0x80;
+    bool advanced = false;
+    if (i == first && first_event) {
+      take(i, std::move(*first_event), piece);
+      advanced = true;
+    }
+    while (!c.done) {
+      std::optional<StreamEvent> e = c.stream->next(std::chrono::milliseconds(0));
+      if (!e) break;
+      take(i, std::move(*e), piece);
+      advanced = true;
+    }
+    if (advanced) pieces.push_back(std::move(piece));
+  }
+  return pieces;
+}
+
+}  // namespace microllm::serve

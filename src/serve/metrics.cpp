@@ -1,0 +1,89 @@
+// Metrics (see metrics.h).
+#include "microllm/serve/metrics.h"
+
+#include <cstdio>
+
+namespace microllm::serve {
+namespace {
+
+std::string number(double v) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.9g", v);
+  return buffer;
+}
+
+std::string metric(const std::string& name, const std::string& type, const std::string& help,
+                   const std::string& value) {
+  return "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
+         value + "\n";
+}
+
+}  // namespace
+
+void Histogram::observe(double seconds) {
+  for (size_t i = 0; i < kBounds.size(); ++i)
+    if (seconds <= kBounds[i]) ++buckets_[i];
+  ++count_;
+  sum_ += seconds;
+}
+
+std::string Histogram::render(const std::string& name, const std::string& help) const {
+  std::string out = "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  for (size_t i = 0; i < kBounds.size(); ++i)
+    out +=
+        name + "_bucket{le=\"" + number(kBounds[i]) + "\"} " + std::to_string(buckets_[i]) + "\n";
+  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(count_) + "\n";
+  out += name + "_sum " + number(sum_) + "\n" + name + "_count " + std::to_string(count_) + "\n";
+  return out;
+}
+
+void Metrics::request_done(const std::string& finish_reason, int64_t prompt_tokens,
+                           int64_t generation_tokens, double queue_seconds,
+                           double first_token_seconds, double e2e_seconds) {
+  std::lock_guard lock(mutex_);
+  ++finished_[finish_reason];
+  prompt_tokens_ += prompt_tokens;
+  generation_tokens_ += generation_tokens;
+  queue_.observe(queue_seconds);
+  if (first_token_seconds >= 0.0) ttft_.observe(first_token_seconds);
+  e2e_.observe(e2e_seconds);
+}
+
+void Metrics::inter_token(double seconds) {
+  std::lock_guard lock(mutex_);
+  itl_.observe(seconds);
+}
+
+std::string Metrics::render(const LoopSnapshot& loop) const {
+  std::lock_guard lock(mutex_);
+  const double usage = loop.kv_blocks_total > 0 ? static_cast<double>(loop.kv_blocks_used) /
+                                                      static_cast<double>(loop.kv_blocks_total)
+                                                : 0.0;
+  std::string out;
+  out += metric("microllm:num_requests_running", "gauge",
+                "Requests in the engine (waiting for their prefill or decoding).",
+                std::to_string(loop.requests));
+  out += metric("microllm:kv_cache_usage_perc", "gauge", "Fraction of KV-cache blocks in use.",
+                number(usage));
+  out += metric("microllm:num_preemptions_total", "counter",
+                "Requests preempted (blocks freed, recomputed later).",
+                std::to_string(loop.preemptions));
+  out += metric("microllm:prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
+                std::to_string(prompt_tokens_));
+  out += metric("microllm:generation_tokens_total", "counter",
+                "Generated tokens of finished requests.", std::to_string(generation_tokens_));
+  out +=
+      "# HELP microllm:request_success_total Finished requests by finish reason.\n"
+      "# TYPE microllm:request_success_total counter\n";
+  for (const auto& [reason, n] : finished_)
+    out += "microllm:request_success_total{finished_reason=\"" + reason + "\"} " +
+           std::to_string(n) + "\n";
+  out += ttft_.render("microllm:time_to_first_token_seconds", "Time to the first token.");
+  out += itl_.render("microllm:inter_token_latency_seconds", "Time between streamed tokens.");
+  out += e2e_.render("microllm:e2e_request_latency_seconds", "Request arrival to its end.");
+  out += queue_.render("microllm:request_queue_time_seconds",
+                       "Request arrival until the engine took it.");
+  return out;
+}
+
+}  // namespace microllm::serve
