@@ -73,9 +73,11 @@ int run_serve(ServeCli& cli) {
       std::fprintf(stderr, "serve: %s\n", loop.failure().c_str());
       code = 1;
     }
+    // The loop first: open requests end at once with an error (a stream gets an error
+    // event), so the HTTP workers are free when the server joins them.
+    loop.stop();
     server.stop();
     http.join();
-    loop.stop();
   } catch (...) {
     server.stop();
     http.join();
