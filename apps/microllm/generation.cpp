@@ -15,9 +15,26 @@
 
 namespace microllm::app {
 
-void add_generation_options(CLI::App& cmd, GenerationFlags& f) {
+void add_model_options(CLI::App& cmd, GenerationFlags& f) {
   cmd.add_option("--model", f.model, "Hugging Face style folder (config.json + safetensors)")
       ->required();
+  cmd.add_option("--device", f.device, "cpu or cuda[:N]")->capture_default_str();
+  cmd.add_option("--dtype", f.dtype, "compute dtype: f32 or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  cmd.add_option("--kv-dtype", f.kv_dtype, "KV cache dtype: f32 or bf16 (default: --dtype)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  cmd.add_option("--kv-memory", f.kv_memory_gib,
+                 "KV cache size in GiB (default: 90% of free memory on CUDA)");
+  cmd.add_option("--block-size", f.block_size, "tokens per KV block")->capture_default_str();
+  cmd.add_option("--prefill-chunk", f.prefill_chunk, "prompt tokens of one sequence per step")
+      ->capture_default_str();
+  cmd.add_flag("--no-cuda-graphs", f.no_cuda_graphs,
+               "CUDA: launch every decode step's kernels one by one (same tokens; for debugging)");
+}
+
+void add_generation_options(CLI::App& cmd, GenerationFlags& f) {
+  add_model_options(cmd, f);
   cmd.add_option("--max-new-tokens", f.max_new_tokens,
                  "tokens to generate at most (default: generation_config.json, else 256)");
   cmd.add_option("--temperature", f.temperature,
@@ -36,19 +53,6 @@ void add_generation_options(CLI::App& cmd, GenerationFlags& f) {
   cmd.add_option("--stop-token-id", f.stop_token_ids,
                  "stop after generating this token id (repeatable; kept in the output ids)");
   cmd.add_option("--logprobs", f.logprobs, "also report the top N logprobs per token (N ≤ 20)");
-  cmd.add_option("--device", f.device, "cpu or cuda[:N]")->capture_default_str();
-  cmd.add_option("--dtype", f.dtype, "compute dtype: f32 or bf16")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
-  cmd.add_option("--kv-dtype", f.kv_dtype, "KV cache dtype: f32 or bf16 (default: --dtype)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
-  cmd.add_option("--kv-memory", f.kv_memory_gib,
-                 "KV cache size in GiB (default: 90% of free memory on CUDA)");
-  cmd.add_option("--block-size", f.block_size, "tokens per KV block")->capture_default_str();
-  cmd.add_option("--prefill-chunk", f.prefill_chunk, "prompt tokens of one sequence per step")
-      ->capture_default_str();
-  cmd.add_flag("--no-cuda-graphs", f.no_cuda_graphs,
-               "CUDA: launch every decode step's kernels one by one (same tokens; for debugging)");
 }
 
 GenerationModel load_generation_model(const GenerationFlags& f) {

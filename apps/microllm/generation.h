@@ -42,6 +42,10 @@ struct GenerationFlags {
   bool no_cuda_graphs = false;
 };
 
+// The model folder and engine flags (--model, --device, --dtype, --kv-dtype, --kv-memory,
+// --block-size, --prefill-chunk, --no-cuda-graphs), shared by generate, chat and serve.
+void add_model_options(CLI::App& cmd, GenerationFlags& flags);
+// add_model_options plus the sampling flags of generate and chat.
 void add_generation_options(CLI::App& cmd, GenerationFlags& flags);
 GenerationModel load_generation_model(const GenerationFlags& flags);
 // The folder's defaults with the flags applied; validated (one clear Error per bad value).

@@ -50,11 +50,9 @@ int run_serve(ServeCli& cli) {
     infer::Engine engine(m.weights, options);
     serve::EngineLoop loop(engine);
     serve::ModelContext model;
-    model.name = cli.served_model_name.empty()
-                     ? std::filesystem::path(cli.flags.model).filename().string()
-                     : cli.served_model_name;
-    if (model.name.empty())
-      model.name = std::filesystem::path(cli.flags.model).parent_path().filename().string();
+    std::filesystem::path folder = std::filesystem::path(cli.flags.model).lexically_normal();
+    if (!folder.has_filename()) folder = folder.parent_path();  // "a/b/" is named b
+    model.name = cli.served_model_name.empty() ? folder.filename().string() : cli.served_model_name;
     model.tokenizer = &*m.tokenizer;
     if (!cli.family.empty())
       model.chat_template = io::ChatTemplate::from_config(m.tokenizer->config(), cli.flags.model,
@@ -92,25 +90,12 @@ int run_serve(ServeCli& cli) {
 Command add_serve_command(CLI::App& parent) {
   auto c = std::make_shared<ServeCli>();
   CLI::App* cmd = parent.add_subcommand("serve", "OpenAI-compatible HTTP server");
-  GenerationFlags& f = c->flags;
-  cmd->add_option("--model", f.model, "Hugging Face style folder (config.json + safetensors)")
-      ->required();
+  add_model_options(*cmd, c->flags);
   cmd->add_option("--host", c->server.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", c->server.port, "port to listen on (0: any free port)")
       ->capture_default_str();
   cmd->add_option("--served-model-name", c->served_model_name,
                   "the name requests use as `model` (default: the folder's name)");
-  cmd->add_option("--device", f.device, "cpu or cuda[:N]")->capture_default_str();
-  cmd->add_option("--dtype", f.dtype, "compute dtype: f32 or bf16")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
-  cmd->add_option("--kv-dtype", f.kv_dtype, "KV cache dtype: f32 or bf16 (default: --dtype)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
-  cmd->add_option("--kv-memory", f.kv_memory_gib,
-                  "KV cache size in GiB (default: 90% of free memory on CUDA)");
-  cmd->add_option("--block-size", f.block_size, "tokens per KV block")->capture_default_str();
-  cmd->add_option("--prefill-chunk", f.prefill_chunk, "prompt tokens of one sequence per step")
-      ->capture_default_str();
   cmd->add_option("--max-num-seqs", c->max_num_seqs, "sequences in one engine step")
       ->capture_default_str();
   cmd->add_option("--max-num-batched-tokens", c->max_num_batched_tokens,
@@ -125,8 +110,6 @@ Command add_serve_command(CLI::App& parent) {
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", c->server.max_body_bytes, "largest request body accepted")
       ->capture_default_str();
-  cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs,
-                "CUDA: decode steps launch kernels one by one");
   return {cmd, [c] { return run_serve(*c); }};
 }
 

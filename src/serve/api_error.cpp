@@ -16,4 +16,25 @@ std::string ApiError::body() const {
                                                nlohmann::json::error_handler_t::replace);
 }
 
+ApiError ApiError::invalid(std::string param, std::string message, std::string code) {
+  ApiError e;
+  e.status = 400;
+  e.param = std::move(param);
+  e.message = std::move(message);
+  e.code = std::move(code);
+  return e;
+}
+
+ApiError ApiError::server(int status, std::string message) {
+  ApiError e;
+  e.status = status;
+  e.type = status == 408 ? "timeout_error" : "server_error";
+  e.message = std::move(message);
+  return e;
+}
+
+void reject(std::string param, std::string message, std::string code) {
+  throw ApiException(ApiError::invalid(std::move(param), std::move(message), std::move(code)));
+}
+
 }  // namespace microllm::serve

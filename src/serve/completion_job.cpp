@@ -8,22 +8,14 @@
 namespace microllm::serve {
 namespace {
 
-[[noreturn]] void fail(std::string param, std::string message, std::string code = "") {
-  ApiError e;
-  e.param = std::move(param);
-  e.message = std::move(message);
-  e.code = std::move(code);
-  throw ApiException(std::move(e));
-}
-
 // The prompt ids of a request: the rendered chat, the encoded text, or the ids as given.
 std::vector<int32_t> prompt_ids_of(const CompletionRequest& r, const ModelContext& m) {
   const io::Tokenizer& tok = *m.tokenizer;
   if (r.endpoint == Endpoint::chat_completions) {
     if (!m.chat_template)
-      fail("messages", "the model '" + m.name +
-                           "' has no chat template; use /v1/completions, or start the server "
-                           "with a chat template family");
+      reject("messages", "the model '" + m.name +
+                             "' has no chat template; use /v1/completions, or start the server "
+                             "with a chat template family");
     std::vector<io::ChatMessage> messages;
     for (const ChatMessage& msg : r.messages)  // OpenAI's developer role is a system message
       messages.push_back({msg.role == "developer" ? "system" : msg.role, msg.content, {}});
@@ -33,7 +25,8 @@ std::vector<int32_t> prompt_ids_of(const CompletionRequest& r, const ModelContex
     try {
       text = m.chat_template->render(messages, options);
     } catch (const Error& e) {
-      fail("messages", std::string("the chat template cannot render these messages: ") + e.what());
+      reject("messages",
+             std::string("the chat template cannot render these messages: ") + e.what());
     }
     return tok.encode(text, /*add_special_tokens=*/false);
   }
@@ -41,9 +34,9 @@ std::vector<int32_t> prompt_ids_of(const CompletionRequest& r, const ModelContex
   const int64_t vocab = tok.vocab_size();
   for (size_t i = 0; i < r.prompt_ids.size(); ++i)
     if (r.prompt_ids[i] >= vocab)
-      fail("prompt", "token id " + std::to_string(r.prompt_ids[i]) + " at index " +
-                         std::to_string(i) + " is outside the vocabulary of " +
-                         std::to_string(vocab) + " tokens");
+      reject("prompt", "token id " + std::to_string(r.prompt_ids[i]) + " at index " +
+                           std::to_string(i) + " is outside the vocabulary of " +
+                           std::to_string(vocab) + " tokens");
   return r.prompt_ids;
 }
 
@@ -57,19 +50,19 @@ CompletionJob::CompletionJob(const CompletionRequest& r, const ModelContext& mod
   const auto P = static_cast<int64_t>(prompt_ids_.size());
   const int64_t context = model.max_model_len;
   const std::string prompt_param = r.endpoint == Endpoint::chat_completions ? "messages" : "prompt";
-  if (P == 0) fail(prompt_param, "the prompt is empty after tokenization");
+  if (P == 0) reject(prompt_param, "the prompt is empty after tokenization");
   if (P >= context)
-    fail(prompt_param,
-         "This model's maximum context length is " + std::to_string(context) +
-             " tokens. However, your prompt has " + std::to_string(P) + " tokens.",
-         "context_length_exceeded");
+    reject(prompt_param,
+           "This model's maximum context length is " + std::to_string(context) +
+               " tokens. However, your prompt has " + std::to_string(P) + " tokens.",
+           "context_length_exceeded");
   if (r.max_tokens && P + *r.max_tokens > context)
-    fail("max_tokens",
-         "This model's maximum context length is " + std::to_string(context) +
-             " tokens. However, you requested " + std::to_string(P + *r.max_tokens) + " tokens (" +
-             std::to_string(P) + " in the prompt, " + std::to_string(*r.max_tokens) +
-             " in the completion).",
-         "context_length_exceeded");
+    reject("max_tokens",
+           "This model's maximum context length is " + std::to_string(context) +
+               " tokens. However, you requested " + std::to_string(P + *r.max_tokens) +
+               " tokens (" + std::to_string(P) + " in the prompt, " +
+               std::to_string(*r.max_tokens) + " in the completion).",
+           "context_length_exceeded");
   infer::SamplingParams params = r.sampling;
   params.max_new_tokens = r.max_tokens.value_or(context - P);
   params.logprobs = r.logprobs;
@@ -89,14 +82,8 @@ CompletionJob::CompletionJob(const CompletionRequest& r, const ModelContext& mod
     }
   } catch (const Error& e) {
     abort();
-    if (!loop.running()) {
-      ApiError err;
-      err.status = 503;
-      err.type = "server_error";
-      err.message = e.what();
-      throw ApiException(std::move(err));
-    }
-    fail("", e.what());
+    if (!loop.running()) throw ApiException(ApiError::server(503, e.what()));
+    reject("", e.what());
   }
 }
 
@@ -138,11 +125,7 @@ void CompletionJob::take(size_t i, StreamEvent event, ChoiceOutput& piece) {
   ChoiceOutput& total = totals_[i];
   if (event.is_error) {
     abort();
-    ApiError err;
-    err.status = 500;
-    err.type = "server_error";
-    err.message = event.error;
-    throw ApiException(std::move(err));
+    throw ApiException(ApiError::server(500, event.error));
   }
   const infer::TokenOutput& t = event.token;
   ++c.tokens;
@@ -161,6 +144,7 @@ void CompletionJob::take(size_t i, StreamEvent event, ChoiceOutput& piece) {
   }
   piece.text += text;
   total.text += text;
+  c.characters += utf8_characters(text);
   if (finish) {
     c.done = true;
     piece.finish_reason = total.finish_reason = finish;
@@ -185,7 +169,7 @@ std::vector<ChoiceOutput> CompletionJob::poll(std::chrono::milliseconds timeout)
     ChoiceOutput piece;
     piece.index = static_cast<int64_t>(i);
     piece.with_logprobs = with_logprobs_;
-    for (const char ch : totals_[i].text) piece.text_offset += (ch & 0xC0) != 0x80;
+    piece.text_offset = c.characters;
     bool advanced = false;
     if (i == first && first_event) {
       take(i, std::move(*first_event), piece);

@@ -30,12 +30,10 @@ void send_error(httplib::Response& res, const ApiError& e) {
   res.set_content(e.body(), "application/json");
 }
 
-ApiError unavailable(const std::string& why) {
-  ApiError e;
-  e.status = 503;
-  e.type = "server_error";
-  e.message = why;
-  return e;
+// The error of a request that ran past the server's timeout.
+ApiError timed_out_error(double timeout_seconds) {
+  return ApiError::server(408, "the request ran longer than the server's timeout of " +
+                                   std::to_string(timeout_seconds) + " s");
 }
 
 std::string random_id(const char* prefix) {
@@ -60,12 +58,12 @@ struct HttpServer::Impl {
   // The loop when the model is servable; else the 503 to send.
   EngineLoop* servable(httplib::Response& res) {
     if (!attached) {
-      send_error(res, unavailable("the model is loading"));
+      send_error(res, ApiError::server(503, "the model is loading"));
       return nullptr;
     }
     if (!loop->running()) {
       const std::string failure = loop->failure();
-      send_error(res, unavailable(failure.empty() ? "the engine has stopped" : failure));
+      send_error(res, ApiError::server(503, failure.empty() ? "the engine has stopped" : failure));
       return nullptr;
     }
     return loop;
@@ -122,12 +120,7 @@ void HttpServer::Impl::completion(Endpoint endpoint, const httplib::Request& req
         if (!job->poll(kPoll).empty() && ttft < 0.0) ttft = seconds_since(arrived);
         if (timed_out()) {
           job->abort();
-          ApiError e;
-          e.status = 408;
-          e.type = "timeout_error";
-          e.message = "the request ran longer than the server's timeout of " +
-                      std::to_string(timeout) + " s";
-          send_error(res, e);
+          send_error(res, timed_out_error(timeout));
           metrics.request_done("abort", job->prompt_tokens(), job->usage().completion_tokens,
                                queued, ttft, seconds_since(arrived));
           return;
@@ -160,7 +153,7 @@ void HttpServer::Impl::completion(Endpoint endpoint, const httplib::Request& req
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream", [this, job, state, header, endpoint, include_usage, arrived, queued,
-                            timed_out, finish_of](size_t, httplib::DataSink& sink) {
+                            timeout, timed_out, finish_of](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& event) {
           return sink.write(event.data(), event.size());
         };
@@ -196,11 +189,7 @@ void HttpServer::Impl::completion(Endpoint endpoint, const httplib::Request& req
           }
           if (timed_out() && !job->done()) {
             job->abort();
-            ApiError e;
-            e.status = 408;
-            e.type = "timeout_error";
-            e.message = "the request ran longer than the server's timeout";
-            write(error_event(e));
+            write(error_event(timed_out_error(timeout)));
             sink.done();
             end("abort");
             return true;
@@ -242,9 +231,7 @@ HttpServer::HttpServer(ServerOptions options) : impl_(std::make_unique<Impl>()) 
   });
   s.http.set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        ApiError e;
-        e.status = 500;
-        e.type = "server_error";
+        ApiError e = ApiError::server(500, "");
         try {
           if (ep) std::rethrow_exception(ep);
         } catch (const std::exception& ex) {

@@ -14,15 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void fail(std::string param, std::string message, std::string code = "") {
-  ApiError e;
-  e.status = 400;
-  e.param = std::move(param);
-  e.message = std::move(message);
-  e.code = std::move(code);
-  throw ApiException(std::move(e));
-}
-
 // "a string", "an integer", … as a message names what it found.
 std::string kind_of(const json& v) {
   switch (v.type()) {
@@ -107,11 +98,11 @@ class Body {
     const json* v = get(key);
     if (v == nullptr) return std::nullopt;
     if (!v->is_number())
-      fail(key, "'" + key + "' must be a number, found " + kind_of(*v) + " " + shown(*v));
+      reject(key, "'" + key + "' must be a number, found " + kind_of(*v) + " " + shown(*v));
     const double d = v->get<double>();
     if (!std::isfinite(d) || d > hi || (lo_open ? d <= lo : d < lo))
-      fail(key, "'" + key + "' must be in " + (lo_open ? "(" : "[") + fmt(lo) + ", " + fmt(hi) +
-                    "], found " + shown(*v));
+      reject(key, "'" + key + "' must be in " + (lo_open ? "(" : "[") + fmt(lo) + ", " + fmt(hi) +
+                      "], found " + shown(*v));
     return d;
   }
 
@@ -119,11 +110,11 @@ class Body {
     const json* v = get(key);
     if (v == nullptr) return std::nullopt;
     if (!is_integral(*v))
-      fail(key, "'" + key + "' must be an integer, found " + kind_of(*v) + " " + shown(*v));
+      reject(key, "'" + key + "' must be an integer, found " + kind_of(*v) + " " + shown(*v));
     const int64_t i = as_integer(*v);
     if (i < lo || i > hi || (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(hi)))
-      fail(key, "'" + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                    "], found " + shown(*v));
+      reject(key, "'" + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                      "], found " + shown(*v));
     return i;
   }
 
@@ -131,7 +122,7 @@ class Body {
     const json* v = get(key);
     if (v == nullptr) return std::nullopt;
     if (!v->is_boolean())
-      fail(key, "'" + key + "' must be a boolean, found " + kind_of(*v) + " " + shown(*v));
+      reject(key, "'" + key + "' must be a boolean, found " + kind_of(*v) + " " + shown(*v));
     return v->get<bool>();
   }
 
@@ -140,8 +131,8 @@ class Body {
     for (const auto& [key, value] : object_.items()) {
       if (read_.count(key) || ignored.count(key)) continue;
       if (unsupported_fields().count(key))
-        fail(key, "'" + key + "' is not supported by this server");
-      fail(key, "Unrecognized request argument supplied: " + key);
+        reject(key, "'" + key + "' is not supported by this server");
+      reject(key, "Unrecognized request argument supplied: " + key);
     }
   }
 
@@ -161,22 +152,23 @@ class Body {
 std::string message_content(const json& content, const std::string& param) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array())
-    fail(param,
-         "'" + param + "' must be a string or an array of text parts, found " + kind_of(content));
+    reject(param,
+           "'" + param + "' must be a string or an array of text parts, found " + kind_of(content));
   std::string text;
   for (size_t i = 0; i < content.size(); ++i) {
     const json& part = content[i];
     const std::string where = param + "[" + std::to_string(i) + "]";
-    if (!part.is_object()) fail(where, "'" + where + "' must be an object, found " + kind_of(part));
+    if (!part.is_object())
+      reject(where, "'" + where + "' must be an object, found " + kind_of(part));
     const auto type = part.find("type");
     if (type == part.end() || !type->is_string())
-      fail(where + ".type", "'" + where + ".type' must be a string");
+      reject(where + ".type", "'" + where + ".type' must be a string");
     if (type->get<std::string>() != "text")
-      fail(where + ".type", "content parts of type '" + type->get<std::string>() +
-                                "' are not supported by this server (only 'text')");
+      reject(where + ".type", "content parts of type '" + type->get<std::string>() +
+                                  "' are not supported by this server (only 'text')");
     const auto t = part.find("text");
     if (t == part.end() || !t->is_string())
-      fail(where + ".text", "'" + where + ".text' must be a string");
+      reject(where + ".text", "'" + where + ".text' must be a string");
     text += t->get<std::string>();
   }
   return text;
@@ -184,33 +176,34 @@ std::string message_content(const json& content, const std::string& param) {
 
 std::vector<ChatMessage> parse_messages(Body& body) {
   const json* v = body.get("messages");
-  if (v == nullptr) fail("messages", "'messages' is required");
+  if (v == nullptr) reject("messages", "'messages' is required");
   if (!v->is_array() || v->empty())
-    fail("messages", "'messages' must be a non-empty array, found " +
-                         (v->is_array() ? std::string("an empty array") : kind_of(*v)));
+    reject("messages", "'messages' must be a non-empty array, found " +
+                           (v->is_array() ? std::string("an empty array") : kind_of(*v)));
   std::vector<ChatMessage> messages;
   for (size_t i = 0; i < v->size(); ++i) {
     const json& m = (*v)[i];
     const std::string where = "messages[" + std::to_string(i) + "]";
-    if (!m.is_object()) fail(where, "'" + where + "' must be an object, found " + kind_of(m));
+    if (!m.is_object()) reject(where, "'" + where + "' must be an object, found " + kind_of(m));
     ChatMessage message;
     for (const auto& [key, value] : m.items()) {
       if (key == "role") {
-        if (!value.is_string()) fail(where + ".role", "'" + where + ".role' must be a string");
+        if (!value.is_string()) reject(where + ".role", "'" + where + ".role' must be a string");
         message.role = value.get<std::string>();
       } else if (key == "content") {
         if (!value.is_null()) message.content = message_content(value, where + ".content");
       } else if (key != "name") {
-        fail(where + "." + key, "'" + where + "." + key + "' is not supported by this server");
+        reject(where + "." + key, "'" + where + "." + key + "' is not supported by this server");
       }
     }
     static const std::set<std::string> roles = {"system", "developer", "user", "assistant"};
-    if (message.role.empty()) fail(where + ".role", "'" + where + ".role' is required");
+    if (message.role.empty()) reject(where + ".role", "'" + where + ".role' is required");
     if (!roles.count(message.role))
-      fail(where + ".role", "'" + where + ".role' must be system, developer, user or assistant, " +
-                                "found '" + message.role + "'");
+      reject(where + ".role", "'" + where +
+                                  ".role' must be system, developer, user or assistant, " +
+                                  "found '" + message.role + "'");
     if (!m.contains("content") || m["content"].is_null())
-      fail(where + ".content", "'" + where + ".content' is required");
+      reject(where + ".content", "'" + where + ".content' is required");
     messages.push_back(std::move(message));
   }
   return messages;
@@ -221,8 +214,8 @@ std::vector<int32_t> token_ids(const json& array, const std::string& param) {
   for (size_t i = 0; i < array.size(); ++i) {
     const json& id = array[i];
     if (!is_integral(id) || as_integer(id) < 0 || as_integer(id) > INT32_MAX)
-      fail(param, "'" + param + "' token ids must be integers in [0, 2147483647], found " +
-                      shown(id) + " at index " + std::to_string(i));
+      reject(param, "'" + param + "' token ids must be integers in [0, 2147483647], found " +
+                        shown(id) + " at index " + std::to_string(i));
     ids.push_back(static_cast<int32_t>(as_integer(id)));
   }
   return ids;
@@ -231,20 +224,20 @@ std::vector<int32_t> token_ids(const json& array, const std::string& param) {
 // prompt: a string, token ids, or a one-element array of either.
 void parse_prompt(Body& body, CompletionRequest& r) {
   const json* v = body.get("prompt");
-  if (v == nullptr) fail("prompt", "'prompt' is required");
+  if (v == nullptr) reject("prompt", "'prompt' is required");
   const json* p = v;
   if (v->is_array() && v->size() == 1 && ((*v)[0].is_string() || (*v)[0].is_array()))
     p = &(*v)[0];
   else if (v->is_array() && !v->empty() && ((*v)[0].is_string() || (*v)[0].is_array()))
-    fail("prompt", "one prompt per request is supported, found an array of " +
-                       std::to_string(v->size()) + " prompts");
+    reject("prompt", "one prompt per request is supported, found an array of " +
+                         std::to_string(v->size()) + " prompts");
   if (p->is_string()) {
     r.prompt = p->get<std::string>();
     return;
   }
   if (!p->is_array())
-    fail("prompt", "'prompt' must be a string or an array of token ids, found " + kind_of(*p));
-  if (p->empty()) fail("prompt", "'prompt' must not be an empty array");
+    reject("prompt", "'prompt' must be a string or an array of token ids, found " + kind_of(*p));
+  if (p->empty()) reject("prompt", "'prompt' must not be an empty array");
   r.prompt_ids = token_ids(*p, "prompt");
   r.prompt_is_ids = true;
 }
@@ -257,17 +250,17 @@ std::vector<std::string> parse_stop(Body& body, int64_t max_stop) {
     stop.push_back(v->get<std::string>());
   } else if (v->is_array()) {
     for (const json& s : *v) {
-      if (!s.is_string()) fail("stop", "'stop' must hold strings, found " + kind_of(s));
+      if (!s.is_string()) reject("stop", "'stop' must hold strings, found " + kind_of(s));
       stop.push_back(s.get<std::string>());
     }
   } else {
-    fail("stop", "'stop' must be a string or an array of strings, found " + kind_of(*v));
+    reject("stop", "'stop' must be a string or an array of strings, found " + kind_of(*v));
   }
   if (static_cast<int64_t>(stop.size()) > max_stop)
-    fail("stop", "'stop' holds at most " + std::to_string(max_stop) + " strings, found " +
-                     std::to_string(stop.size()));
+    reject("stop", "'stop' holds at most " + std::to_string(max_stop) + " strings, found " +
+                       std::to_string(stop.size()));
   for (const std::string& s : stop)
-    if (s.empty()) fail("stop", "'stop' strings must not be empty");
+    if (s.empty()) reject("stop", "'stop' strings must not be empty");
   return stop;
 }
 
@@ -275,16 +268,16 @@ void parse_stream(Body& body, CompletionRequest& r) {
   r.stream = body.boolean("stream").value_or(false);
   const json* options = body.get("stream_options");
   if (options == nullptr) return;
-  if (!r.stream) fail("stream_options", "'stream_options' is only allowed when 'stream' is true");
+  if (!r.stream) reject("stream_options", "'stream_options' is only allowed when 'stream' is true");
   if (!options->is_object())
-    fail("stream_options", "'stream_options' must be an object, found " + kind_of(*options));
+    reject("stream_options", "'stream_options' must be an object, found " + kind_of(*options));
   for (const auto& [key, value] : options->items()) {
     if (key != "include_usage")
-      fail("stream_options." + key,
-           "Unrecognized request argument supplied: stream_options." + key);
+      reject("stream_options." + key,
+             "Unrecognized request argument supplied: stream_options." + key);
     if (!value.is_null() && !value.is_boolean())
-      fail("stream_options.include_usage",
-           "'stream_options.include_usage' must be a boolean, found " + kind_of(value));
+      reject("stream_options.include_usage",
+             "'stream_options.include_usage' must be a boolean, found " + kind_of(value));
     r.include_usage = value.is_boolean() && value.get<bool>();
   }
 }
@@ -297,7 +290,7 @@ void parse_logprobs(Body& body, CompletionRequest& r, const ProtocolLimits& limi
   }
   const bool wanted = body.boolean("logprobs").value_or(false);
   const std::optional<int64_t> n = body.integer("top_logprobs", 0, top);
-  if (n && !wanted) fail("top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+  if (n && !wanted) reject("top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
   if (wanted) r.logprobs = static_cast<int32_t>(n.value_or(0));
 }
 
@@ -310,18 +303,18 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view t
   try {
     document = json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {
-    fail("", std::string("We could not parse the JSON body of your request: ") + e.what());
+    reject("", std::string("We could not parse the JSON body of your request: ") + e.what());
   }
   if (!document.is_object())
-    fail("", "the request body must be a JSON object, found " + kind_of(document));
+    reject("", "the request body must be a JSON object, found " + kind_of(document));
   Body body(document);
   CompletionRequest r;
   r.endpoint = endpoint;
   const bool chat = endpoint == Endpoint::chat_completions;
 
   const json* model = body.get("model");
-  if (model == nullptr) fail("model", "'model' is required");
-  if (!model->is_string()) fail("model", "'model' must be a string, found " + kind_of(*model));
+  if (model == nullptr) reject("model", "'model' is required");
+  if (!model->is_string()) reject("model", "'model' must be a string, found " + kind_of(*model));
   r.model = model->get<std::string>();
   const auto& names = limits.model_names;
   if (std::find(names.begin(), names.end(), r.model) == names.end()) {

@@ -23,13 +23,6 @@ json bytes_of(const std::string& s) {
   return out;
 }
 
-// Unicode characters of UTF-8 text (bytes that do not continue a character).
-int64_t characters(const std::string& s) {
-  int64_t n = 0;
-  for (const unsigned char c : s) n += (c & 0xC0) != 0x80;
-  return n;
-}
-
 json chat_logprobs(const ChoiceOutput& c) {
   if (!c.with_logprobs) return json();
   json content = json::array();
@@ -57,7 +50,7 @@ json completion_logprobs(const ChoiceOutput& c) {
     for (const auto& [token, logprob] : t.top) alternatives[token] = logprob;
     top.push_back(alternatives);
     offsets.push_back(offset);
-    offset += characters(t.token);
+    offset += utf8_characters(t.token);
   }
   return {{"tokens", tokens},
           {"token_logprobs", token_logprobs},
@@ -83,6 +76,12 @@ json envelope(Endpoint endpoint, const ResponseHeader& h, bool chunk) {
 std::string event(const json& j) { return "data: " + dump(j) + "\n\n"; }
 
 }  // namespace
+
+int64_t utf8_characters(std::string_view text) {
+  int64_t n = 0;
+  for (const unsigned char c : text) n += (c & 0xC0) != 0x80;
+  return n;
+}
 
 std::string response_json(Endpoint endpoint, const ResponseHeader& header,
                           const std::vector<ChoiceOutput>& choices, const Usage& usage) {

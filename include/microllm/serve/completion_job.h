@@ -55,6 +55,7 @@ class CompletionJob {
     std::shared_ptr<RequestStream> stream;
     std::unique_ptr<TextStream> text;
     int64_t tokens = 0;
+    int64_t characters = 0;  // of the choice's text so far (the next piece's text_offset)
     bool done = false;
   };
 

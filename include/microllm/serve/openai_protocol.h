@@ -35,6 +35,12 @@ struct ApiError {
 
   // {"error": {"message": …, "type": …, "param": … | null, "code": … | null}}
   std::string body() const;
+
+  // A 400 invalid_request_error naming `param` (empty: the whole body).
+  static ApiError invalid(std::string param, std::string message, std::string code = "");
+  // An error of the server, not the request: 500 (the engine failed), 503 (loading or
+  // stopped), 408 (the request ran past the server's timeout, type "timeout_error").
+  static ApiError server(int status, std::string message);
 };
 
 // Thrown by the parser (and the handlers) for a request that gets an error response.
@@ -47,6 +53,9 @@ class ApiException : public std::runtime_error {
  private:
   ApiError error_;
 };
+
+// Throws ApiException(ApiError::invalid(param, message, code)).
+[[noreturn]] void reject(std::string param, std::string message, std::string code = "");
 
 enum class Endpoint { chat_completions, completions };
 
@@ -128,6 +137,10 @@ struct ResponseHeader {
   int64_t created = 0;
   std::string model;
 };
+
+// Unicode characters of UTF-8 text (bytes that do not continue a character): the unit of
+// completions' text_offset.
+int64_t utf8_characters(std::string_view text);
 
 // The non-streaming response body.
 std::string response_json(Endpoint endpoint, const ResponseHeader& header,
