@@ -31,6 +31,9 @@ void add_model_options(CLI::App& cmd, GenerationFlags& f) {
       ->capture_default_str();
   cmd.add_flag("--no-cuda-graphs", f.no_cuda_graphs,
                "CUDA: launch every decode step's kernels one by one (same tokens; for debugging)");
+  cmd.add_flag("--no-prefix-caching", f.no_prefix_caching,
+               "compute every prompt whole instead of reusing the KV blocks of cached prefixes "
+               "(same tokens)");
 }
 
 void add_generation_options(CLI::App& cmd, GenerationFlags& f) {
@@ -111,6 +114,7 @@ infer::EngineOptions engine_options(const GenerationFlags& f, const GenerationMo
   o.max_num_batched_tokens = std::max<int64_t>(f.prefill_chunk, o.max_num_seqs);
   o.eos_token_ids = m.eos_token_ids;
   o.cuda_graphs = !f.no_cuda_graphs;
+  o.prefix_caching = !f.no_prefix_caching;
   return o;
 }
 

@@ -40,10 +40,12 @@ struct GenerationFlags {
   std::vector<int32_t> stop_token_ids;
   int64_t logprobs = -1;
   bool no_cuda_graphs = false;
+  bool no_prefix_caching = false;
 };
 
 // The model folder and engine flags (--model, --device, --dtype, --kv-dtype, --kv-memory,
-// --block-size, --prefill-chunk, --no-cuda-graphs), shared by generate, chat and serve.
+// --block-size, --prefill-chunk, --no-cuda-graphs, --no-prefix-caching), shared by generate, chat
+// and serve.
 void add_model_options(CLI::App& cmd, GenerationFlags& flags);
 // add_model_options plus the sampling flags of generate and chat.
 void add_generation_options(CLI::App& cmd, GenerationFlags& flags);

@@ -217,6 +217,7 @@ Engine::Engine(std::shared_ptr<const model::ModelWeights> weights, EngineOptions
   sc.block_size = static_cast<int32_t>(o.block_size);
   sc.num_blocks = static_cast<int32_t>(num_blocks);
   sc.max_model_len = s.max_model_len;
+  sc.prefix_caching = o.prefix_caching;
   s.scheduler = std::make_unique<Scheduler>(sc, o.eos_token_ids);
   // Buffers for the largest step without penalty history; a step that needs more grows them.
   const StepLayout largest =
@@ -242,7 +243,7 @@ Engine::Engine(std::shared_ptr<const model::ModelWeights> weights, EngineOptions
 
 Engine::~Engine() = default;
 
-int64_t Engine::add_request(std::vector<int32_t> prompt_ids, SamplingParams params) {
+int64_t Engine::add_request(std::vector<int32_t> prompt_ids, SamplingParams params, int64_t after) {
   State& s = *state_;
   const int64_t V = s.weights->config().vocab_size;
   MICROLLM_CHECK(!prompt_ids.empty(), "Engine", "the prompt is empty");
@@ -257,6 +258,7 @@ int64_t Engine::add_request(std::vector<int32_t> prompt_ids, SamplingParams para
   seq.id = s.next_id++;
   seq.prompt_ids = std::move(prompt_ids);
   seq.params = std::move(params);
+  seq.after_id = after;
   s.scheduler->add(std::move(seq));
   return s.next_id - 1;
 }
@@ -330,6 +332,7 @@ std::vector<TokenOutput> Engine::step() {
     t.request_id = q.seq_id;
     t.token = ids[static_cast<size_t>(b)];
     t.logprob = sampled->logprob[static_cast<size_t>(b)];
+    t.cached_prompt_tokens = q.seq->num_prefix_hit_tokens;
     const int32_t n = q.seq->params.logprobs;
     for (int32_t j = 0; j < n; ++j)
       t.top_logprobs.push_back(
@@ -350,6 +353,8 @@ std::vector<TokenOutput> Engine::step() {
   s.stats.steps += 1;
   s.stats.generated_tokens += static_cast<int64_t>(out.size());
   s.stats.preemptions = s.scheduler->num_preemptions();
+  s.stats.prefix_cache_queries = s.scheduler->prefix_cache_queries();
+  s.stats.prefix_cache_hits = s.scheduler->prefix_cache_hits();
   s.stats.host_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() -
       s.sampler->last_wait_seconds();
@@ -381,7 +386,12 @@ int64_t Engine::kernels_per_decode_step(int64_t num_seqs) const {
 const EngineStats& Engine::stats() const { return state_->stats; }
 int64_t Engine::max_model_len() const { return state_->max_model_len; }
 int64_t Engine::num_kv_blocks() const { return state_->kv->num_blocks(); }
-int64_t Engine::num_free_kv_blocks() const { return state_->scheduler->allocator().num_free(); }
+int64_t Engine::num_free_kv_blocks() const { return state_->scheduler->num_free_blocks(); }
+int64_t Engine::num_cached_kv_blocks() const {
+  return state_->scheduler->prefix_cache().num_cached();
+}
+int64_t Engine::num_waiting_requests() const { return state_->scheduler->num_waiting(); }
+int64_t Engine::num_running_requests() const { return state_->scheduler->num_running(); }
 int64_t Engine::kv_cache_bytes() const { return state_->kv->bytes(); }
 const model::ModelWeights& Engine::weights() const { return *state_->weights; }
 

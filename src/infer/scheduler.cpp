@@ -35,7 +35,8 @@ void SchedulerConfig::validate() const {
 Scheduler::Scheduler(SchedulerConfig config, std::vector<int32_t> eos_ids)
     : config_((config.validate(), config)),
       eos_ids_(std::move(eos_ids)),
-      allocator_(config.num_blocks) {}
+      allocator_(config.num_blocks),
+      cache_(allocator_, config.block_size, config.prefix_caching) {}
 
 void Scheduler::add(Sequence seq) {
   const int64_t id = seq.id;
@@ -81,16 +82,33 @@ int64_t Scheduler::blocks_needed(const Sequence& s, int64_t n) const {
 
 void Scheduler::allocate_blocks(Sequence& s, int64_t n) {
   for (int64_t i = blocks_needed(s, n); i > 0; --i) {
-    const std::optional<int32_t> b = allocator_.allocate();
+    const std::optional<int32_t> b = cache_.allocate();
     MICROLLM_CHECK(b.has_value(), kOp, "internal: a checked allocation failed");
     s.block_table.push_back(*b);
   }
 }
 
 void Scheduler::free_blocks(Sequence& s) {
-  for (const int32_t b : s.block_table) allocator_.decref(b);
+  for (auto b = s.block_table.rbegin(); b != s.block_table.rend(); ++b) cache_.release(*b);
   s.block_table.clear();
   s.num_cached_tokens = 0;
+  s.num_prefill_tokens = 0;
+  s.num_shared_blocks = 0;
+  s.cache_chain_open = true;
+}
+
+void Scheduler::offer_blocks(Sequence& s) {
+  const int64_t bs = config_.block_size;
+  std::vector<int32_t> ids(static_cast<size_t>(bs));
+  while (s.cache_chain_open && (s.num_shared_blocks + 1) * bs <= s.num_prefill_tokens) {
+    const int64_t i = s.num_shared_blocks;
+    for (int64_t j = 0; j < bs; ++j) ids[static_cast<size_t>(j)] = s.token(i * bs + j);
+    const int32_t parent = i == 0 ? -1 : s.block_table[static_cast<size_t>(i - 1)];
+    if (cache_.insert(ids, s.block_table[static_cast<size_t>(i)], parent))
+      ++s.num_shared_blocks;
+    else
+      s.cache_chain_open = false;
+  }
 }
 
 void Scheduler::preempt(size_t index, ScheduledBatch& batch) {
@@ -132,7 +150,7 @@ ScheduledBatch Scheduler::schedule() {
       continue;
     }
     bool self_preempted = false;
-    while (!allocator_.can_allocate(blocks_needed(*s, 1))) {
+    while (num_free_blocks() < blocks_needed(*s, 1)) {
       self_preempted = running_.back() == s;
       preempt(running_.size() - 1, batch);
       if (self_preempted) break;
@@ -147,7 +165,7 @@ ScheduledBatch Scheduler::schedule() {
     Sequence* s = running_[i];
     if (is_scheduled(s)) continue;
     int64_t n = std::min({remaining(*s), config_.prefill_chunk, budget});
-    while (!allocator_.can_allocate(blocks_needed(*s, n))) {
+    while (num_free_blocks() < blocks_needed(*s, n)) {
       size_t victim = running_.size();
       for (size_t j = running_.size() - 1; j > i; --j)
         if (!is_scheduled(running_[j])) {
@@ -156,8 +174,7 @@ ScheduledBatch Scheduler::schedule() {
         }
       if (victim == running_.size()) {  // nothing newer to take: shrink to what fits
         const int64_t slots =
-            (static_cast<int64_t>(s->block_table.size()) + allocator_.num_free()) *
-            config_.block_size;
+            (static_cast<int64_t>(s->block_table.size()) + num_free_blocks()) * config_.block_size;
         n = std::min(n, slots - s->num_cached_tokens);
         break;
       }
@@ -166,14 +183,45 @@ ScheduledBatch Scheduler::schedule() {
     if (n > 0) emit(s, n);
   }
 
-  // 3. Admission in queue order; the first chunk must fit in the free blocks.
+  // 3. Admission in queue order, after the longest cached prefix (at most (tokens − 2) / BS
+  //    blocks: two tokens or more are computed); the first chunk must fit in the free blocks.
+  //    A later choice of a prompt waits for the first choice's prompt (it then hits the
+  //    cache); requests behind it may pass it.
   if (batch.preempted_ids.empty()) {
-    while (!waiting_.empty() && budget > 0 &&
-           static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
-      Sequence* s = waiting_.front();
-      const int64_t n = std::min({remaining(*s), config_.prefill_chunk, budget});
-      if (!allocator_.can_allocate(blocks_needed(*s, n))) break;
-      waiting_.pop_front();
+    std::vector<int32_t> tokens;
+    for (auto it = waiting_.begin();
+         it != waiting_.end() && budget > 0 &&
+         static_cast<int64_t>(running_.size()) < config_.max_num_seqs;) {
+      Sequence* s = *it;
+      if (s->after_id >= 0) {  // a later choice of the same prompt waits for the first's
+        const Sequence* first = find(s->after_id);
+        if (first != nullptr && first->num_cached_tokens < first->num_prompt_tokens()) {
+          ++it;  // others may go first
+          continue;
+        }
+        s->after_id = -1;
+      }
+      std::vector<int32_t> hit;
+      if (cache_.enabled() && s->num_tokens() >= 2) {
+        tokens.assign(s->prompt_ids.begin(), s->prompt_ids.end());
+        tokens.insert(tokens.end(), s->output_ids.begin(), s->output_ids.end());
+        hit = cache_.lookup(tokens, (s->num_tokens() - 2) / config_.block_size);
+      }
+      const int64_t hit_tokens = static_cast<int64_t>(hit.size()) * config_.block_size;
+      const int64_t n = std::min({s->num_tokens() - hit_tokens, config_.prefill_chunk, budget});
+      const int64_t need =
+          ceil_div(hit_tokens + n, config_.block_size) - static_cast<int64_t>(hit.size());
+      if (num_free_blocks() - cache_.num_evictable_among(hit) < need) break;
+      cache_.acquire(hit);
+      s->block_table = hit;
+      s->num_cached_tokens = s->num_prefill_tokens = hit_tokens;
+      s->num_shared_blocks = static_cast<int64_t>(hit.size());
+      if (s->num_preemptions == 0) s->num_prefix_hit_tokens = hit_tokens;
+      if (cache_.enabled()) {
+        prefix_cache_queries_ += s->num_tokens();
+        prefix_cache_hits_ += hit_tokens;
+      }
+      it = waiting_.erase(it);
       s->status = SequenceStatus::Running;
       running_.push_back(s);
       emit(s, n);
@@ -203,6 +251,10 @@ std::vector<Sequence> Scheduler::update(const ScheduledBatch& batch,
     const ScheduledSeq& e = batch.seqs[i];
     Sequence& s = *live_.at(e.seq_id);
     s.num_cached_tokens += e.num_new_tokens;
+    if (e.num_new_tokens > 1 && s.num_prefill_tokens == e.start_position) {
+      s.num_prefill_tokens += e.num_new_tokens;
+      offer_blocks(s);
+    }
     if (!e.sample) continue;
     s.output_ids.push_back(sampled_ids[i]);
     const FinishReason reason = stop_check(s, eos_ids_, config_.max_model_len);

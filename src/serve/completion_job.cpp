@@ -67,13 +67,18 @@ CompletionJob::CompletionJob(const CompletionRequest& r, const ModelContext& mod
   params.max_new_tokens = r.max_tokens.value_or(context - P);
   params.logprobs = r.logprobs;
   if (!r.seeded) params.seed = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+  std::vector<infer::SamplingParams> per_choice;
+  for (int64_t i = 0; i < r.n; ++i) {
+    per_choice.push_back(params);
+    per_choice.back().seed = params.seed + static_cast<uint64_t>(i);
+  }
   try {
+    std::vector<std::shared_ptr<RequestStream>> streams =
+        loop.submit_choices(prompt_ids_, std::move(per_choice));
     for (int64_t i = 0; i < r.n; ++i) {
-      infer::SamplingParams p = params;
-      p.seed = params.seed + static_cast<uint64_t>(i);
       Choice c;
       c.text = std::make_unique<TextStream>(*model.tokenizer, r.stop);
-      c.stream = loop.submit(prompt_ids_, p);
+      c.stream = std::move(streams[static_cast<size_t>(i)]);
       choices_.push_back(std::move(c));
       ChoiceOutput total;
       total.index = i;
@@ -107,6 +112,7 @@ Usage CompletionJob::usage() const {
   Usage u;
   u.prompt_tokens = prompt_tokens();
   for (const Choice& c : choices_) u.completion_tokens += c.tokens;
+  if (!choices_.empty()) u.cached_tokens = choices_.front().cached_prompt_tokens;
   return u;
 }
 
@@ -129,6 +135,7 @@ void CompletionJob::take(size_t i, StreamEvent event, ChoiceOutput& piece) {
   }
   const infer::TokenOutput& t = event.token;
   ++c.tokens;
+  c.cached_prompt_tokens = t.cached_prompt_tokens;
   if (with_logprobs_) {
     piece.logprobs.push_back(logprob_of(t));
     total.logprobs.push_back(piece.logprobs.back());

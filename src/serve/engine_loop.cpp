@@ -38,16 +38,41 @@ EngineLoop::~EngineLoop() {
 
 std::shared_ptr<RequestStream> EngineLoop::submit(std::vector<int32_t> prompt_ids,
                                                   infer::SamplingParams params) {
-  std::future<std::shared_ptr<RequestStream>> accepted;
+  return submit_choices(std::move(prompt_ids), {std::move(params)}).front();
+}
+
+std::vector<std::shared_ptr<RequestStream>> EngineLoop::submit_choices(
+    std::vector<int32_t> prompt_ids, std::vector<infer::SamplingParams> choices) {
+  MICROLLM_CHECK(!choices.empty(), "serve", "submit_choices: no choices given");
+  std::future<std::vector<std::shared_ptr<RequestStream>>> accepted;
   {
     std::lock_guard lock(mutex_);
     MICROLLM_CHECK(!stop_, "serve", "the engine loop has stopped",
                    failure_.empty() ? std::string() : ": " + failure_);
-    pending_.push_back({std::move(prompt_ids), std::move(params), {}});
+    pending_.push_back({std::move(prompt_ids), std::move(choices), {}});
     accepted = pending_.back().accepted.get_future();
   }
   wake_.notify_one();
   return accepted.get();  // rethrows the engine's refusal
+}
+
+void EngineLoop::add(Pending& p) {
+  std::vector<int64_t> ids;
+  try {
+    for (size_t i = 0; i < p.choices.size(); ++i)
+      ids.push_back(
+          engine_.add_request(p.prompt_ids, std::move(p.choices[i]), i == 0 ? -1 : ids.front()));
+  } catch (...) {
+    for (const int64_t id : ids) engine_.abort(id);
+    p.accepted.set_exception(std::current_exception());
+    return;
+  }
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const int64_t id : ids) {
+    streams.push_back(std::make_shared<RequestStream>(id));
+    streams_[id] = streams.back();
+  }
+  p.accepted.set_value(std::move(streams));
 }
 
 void EngineLoop::abort(int64_t request_id) {
@@ -83,11 +108,16 @@ void EngineLoop::publish() {
   s.requests = static_cast<int64_t>(streams_.size());
   s.kv_blocks_total = engine_.num_kv_blocks();
   s.kv_blocks_used = s.kv_blocks_total - engine_.num_free_kv_blocks();
+  s.kv_blocks_cached = engine_.num_cached_kv_blocks();
+  s.waiting = engine_.num_waiting_requests();
+  s.running = engine_.num_running_requests();
   const infer::EngineStats& e = engine_.stats();
   s.steps = e.steps;
   s.prompt_tokens = e.prompt_tokens;
   s.generated_tokens = e.generated_tokens;
   s.preemptions = e.preemptions;
+  s.prefix_cache_queries = e.prefix_cache_queries;
+  s.prefix_cache_hits = e.prefix_cache_hits;
   std::lock_guard lock(mutex_);
   snapshot_ = s;
 }
@@ -119,16 +149,7 @@ void EngineLoop::run() {
       adds.swap(pending_);
       aborts.swap(aborts_);
     }
-    for (Pending& p : adds) {
-      try {
-        const int64_t id = engine_.add_request(std::move(p.prompt_ids), std::move(p.params));
-        auto stream = std::make_shared<RequestStream>(id);
-        streams_[id] = stream;
-        p.accepted.set_value(std::move(stream));
-      } catch (...) {
-        p.accepted.set_exception(std::current_exception());
-      }
-    }
+    for (Pending& p : adds) add(p);
     for (const int64_t id : aborts) {
       engine_.abort(id);
       streams_.erase(id);

@@ -2,6 +2,7 @@
 #include "microllm/serve/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -54,6 +55,7 @@ struct HttpServer::Impl {
   std::atomic<bool> attached{false};
   Metrics metrics;
   int64_t started = static_cast<int64_t>(std::time(nullptr));
+  int listen_socket = -1;  // the socket bind() listens on
 
   // The loop when the model is servable; else the 503 to send.
   EngineLoop* servable(httplib::Response& res) {
@@ -278,12 +280,23 @@ HttpServer::~HttpServer() { stop(); }
 
 int HttpServer::bind() {
   Impl& s = *impl_;
+  // cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed when the
+  // library was built): a burst of connections would overflow it. Keep its socket options
+  // (SO_REUSEADDR), remember the socket, and listen again with the larger backlog (Linux
+  // and the BSDs take a second listen() as a new backlog).
+  s.http.set_socket_options([&s](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    s.listen_socket = sock;
+  });
   const int port =
       s.options.port == 0
           ? s.http.bind_to_any_port(s.options.host)
           : (s.http.bind_to_port(s.options.host, s.options.port) ? s.options.port : -1);
   MICROLLM_CHECK(port > 0, "serve", "cannot listen on ", s.options.host, ":", s.options.port,
                  " (the address is in use or not available)");
+  MICROLLM_CHECK(::listen(s.listen_socket, s.options.listen_backlog) == 0, "serve",
+                 "cannot set the listen backlog to ", s.options.listen_backlog);
   return port;
 }
 

@@ -61,10 +61,23 @@ std::string Metrics::render(const LoopSnapshot& loop) const {
                                                 : 0.0;
   std::string out;
   out += metric("microllm:num_requests_running", "gauge",
-                "Requests in the engine (waiting for their prefill or decoding).",
-                std::to_string(loop.requests));
-  out += metric("microllm:kv_cache_usage_perc", "gauge", "Fraction of KV-cache blocks in use.",
+                "Requests in model execution batches (admitted, KV blocks allocated).",
+                std::to_string(loop.running));
+  out +=
+      metric("microllm:num_requests_waiting", "gauge",
+             "Requests waiting to be admitted (new or preempted).", std::to_string(loop.waiting));
+  out += metric("microllm:kv_cache_usage_perc", "gauge",
+                "Fraction of KV-cache blocks held by requests (1 = full; blocks only the prefix "
+                "cache holds count as free).",
                 number(usage));
+  out += metric("microllm:prefix_cache_blocks", "gauge", "KV-cache blocks in the prefix cache.",
+                std::to_string(loop.kv_blocks_cached));
+  out += metric("microllm:prefix_cache_queries_total", "counter",
+                "Prompt tokens looked up in the prefix cache (at every admission).",
+                std::to_string(loop.prefix_cache_queries));
+  out += metric("microllm:prefix_cache_hits_total", "counter",
+                "Of those, tokens found in the prefix cache (not computed).",
+                std::to_string(loop.prefix_cache_hits));
   out += metric("microllm:num_preemptions_total", "counter",
                 "Requests preempted (blocks freed, recomputed later).",
                 std::to_string(loop.preemptions));

@@ -2,7 +2,8 @@
 // Transformer (F32 within the CUDA contract; BF16 by relative L2); the CUDA engine's greedy
 // tokens equal the CPU engine's (F32); a batch of up to 4 prompts generates what each prompt
 // generates alone, greedy and seeded (bitwise: batch-invariant GEMMs for prefill rows, the
-// decode GEMV for the decode rows and LM head of steps of ≤ 4 sequences); CUDA-graph decode
+// decode GEMV for the decode rows and LM head of steps of ≤ 4 sequences), and prefix-cache
+// hits give the bits of a whole prefill; CUDA-graph decode
 // gives the bits of eager decode (buckets 1, 4, 16 with padded rows, logprobs, mixed
 // sampling parameters, penalty rows that fall back to eager steps); an eager steady-state
 // decode step makes one host→device copy, one device→host copy, one host synchronization
@@ -176,6 +177,66 @@ TEST(EngineCuda, BatchEqualsAloneBitwiseGreedyAndSeeded) {
         EXPECT_EQ(alone.ids[0], together.ids[i]) << dtype_name(dtype) << " prompt " << i;
         EXPECT_EQ(alone.logprobs[0], together.logprobs[i]) << dtype_name(dtype) << " prompt " << i;
       }
+    }
+  }
+}
+
+// Prompts that start with a cached prefix generate the ids and logprobs of a run without
+// the cache, bit for bit (F32 and BF16, greedy and seeded; waves of at most 4 sequences,
+// whose decode rows take the GEMV in either run): a wave of one, then four prompts sharing
+// its first 40 ids, then the same four again (whole prompts cached but two tokens).
+TEST(EngineCuda, PrefixCacheHitsGiveTheBitsOfAWholePrefill) {
+  MICROLLM_REQUIRE_CUDA();
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    const ModelConfig c = cuda_config(model::Family::Qwen2);
+    auto w = std::make_shared<const ModelWeights>(
+        ModelWeights::random(c, Device::cuda(0), dtype, 7, 0.1));
+    const std::vector<int32_t> system = random_ids(40, c.vocab_size, 30);
+    std::vector<std::vector<int32_t>> prompts;
+    for (uint64_t i = 0; i < 4; ++i) {
+      std::vector<int32_t> p = system;
+      const std::vector<int32_t> tail = random_ids(1 + 11 * i, c.vocab_size, 40 + i);
+      p.insert(p.end(), tail.begin(), tail.end());
+      prompts.push_back(p);
+    }
+    infer::SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    greedy.max_new_tokens = 12;
+    infer::SamplingParams sampled = greedy;
+    sampled.temperature = 0.9f;
+    sampled.top_p = 0.95f;
+    sampled.seed = 99;
+    for (const infer::SamplingParams& params : {greedy, sampled}) {
+      Generated runs[2];
+      int64_t hits[2] = {0, 0};
+      for (const bool caching : {false, true}) {
+        infer::EngineOptions options;
+        options.kv_memory_bytes = 64 << 20;
+        options.prefill_chunk = 64;
+        options.max_num_seqs = 16;
+        options.prefix_caching = caching;
+        infer::Engine engine(w, options);
+        Generated& out = runs[caching];
+        for (const auto& wave : {std::vector<std::vector<int32_t>>{prompts[0]}, prompts, prompts}) {
+          std::map<int64_t, size_t> index;
+          for (const auto& p : wave) {
+            index[engine.add_request(p, params)] = out.ids.size();
+            out.ids.emplace_back();
+            out.logprobs.emplace_back();
+          }
+          while (engine.has_unfinished())
+            for (const infer::TokenOutput& t : engine.step()) {
+              out.ids[index.at(t.request_id)].push_back(t.token);
+              out.logprobs[index.at(t.request_id)].push_back(t.logprob);
+            }
+        }
+        EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks());
+        hits[caching] = engine.stats().prefix_cache_hits;
+      }
+      EXPECT_EQ(hits[0], 0);
+      EXPECT_GE(hits[1], 3 * 32 + 4 * 32) << dtype_name(dtype);  // wave 2: 40 ids → 2 blocks
+      EXPECT_EQ(runs[1].ids, runs[0].ids) << dtype_name(dtype);
+      EXPECT_EQ(runs[1].logprobs, runs[0].logprobs) << dtype_name(dtype);
     }
   }
 }

@@ -2,7 +2,10 @@
 //
 // The "cache" has NB·BS slots; a step writes (sequence id, position, token) of every row to
 // slot_mapping[row] (−1: nothing), then each sequence b reads its keys 0..seq_lens[b)−1
-// through block_tables[b] and its next token is a hash of the tokens read. The reference
+// through block_tables[b] and its next token is a hash of the tokens read. Every slot read
+// must hold the sequence's own token at that position; without sharing (the default) it
+// must also have been written by the sequence itself, with sharing (prefix caching) it may
+// have been written by another sequence with the same prefix. The reference
 // is the same hash of prompt + outputs computed from the Sequence directly. A wrong slot, a
 // block freed and reused while still needed, a missing recompute after preemption or a
 // wrong position gives another token (or a tag mismatch, reported as a test failure).
@@ -50,8 +53,10 @@ inline std::vector<int32_t> fake_reference_outputs(infer::Sequence s,
 
 class PagedFakeModel {
  public:
-  PagedFakeModel(int32_t num_blocks, int32_t block_size)
-      : block_size_(block_size), slots_(static_cast<size_t>(num_blocks) * block_size) {}
+  PagedFakeModel(int32_t num_blocks, int32_t block_size, bool shared = false)
+      : block_size_(block_size),
+        shared_(shared),
+        slots_(static_cast<size_t>(num_blocks) * block_size) {}
 
   // One id per batch entry: the hash of the keys sequence b reads after this step's writes.
   std::vector<int32_t> step(const infer::ScheduledBatch& batch, infer::StepInputs& in) {
@@ -71,9 +76,12 @@ class PagedFakeModel {
         EXPECT_GE(block, 0) << "sequence " << batch.seqs[b].seq_id << " position " << pos;
         if (block < 0) return ids;
         const Slot& slot = slots_.at(static_cast<size_t>(block * block_size_ + pos % block_size_));
-        EXPECT_TRUE(slot.seq_id == batch.seqs[b].seq_id && slot.position == pos)
-            << "sequence " << batch.seqs[b].seq_id << " position " << pos << " reads a slot of "
-            << "sequence " << slot.seq_id << " position " << slot.position;
+        const infer::Sequence& seq = *batch.seqs[b].seq;
+        EXPECT_TRUE((shared_ || slot.seq_id == seq.id) && slot.position == pos &&
+                    slot.token == seq.token(pos))
+            << "sequence " << seq.id << " position " << pos << " (token " << seq.token(pos)
+            << ") reads a slot of sequence " << slot.seq_id << " position " << slot.position
+            << " token " << slot.token;
         keys.push_back(slot.token);
       }
       ids.push_back(fake_next_token(keys));
@@ -88,6 +96,7 @@ class PagedFakeModel {
     int32_t token = -1;
   };
   int32_t block_size_;
+  bool shared_;
   std::vector<Slot> slots_;
 };
 

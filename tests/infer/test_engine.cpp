@@ -306,6 +306,119 @@ TEST(Engine, PreemptionUnderATinyPoolChangesNoToken) {
   EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks());
 }
 
+// Waves of requests on one engine, each wave run to its end before the next is added (so
+// later waves find the earlier ones' prompts in the prefix cache); outputs per request.
+std::vector<std::vector<int32_t>> generate_waves(
+    const std::shared_ptr<const ModelWeights>& w,
+    const std::vector<std::vector<std::vector<int32_t>>>& waves,
+    const infer::SamplingParams& params, infer::EngineOptions options, infer::EngineStats* stats) {
+  infer::Engine engine(w, options);
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& wave : waves) {
+    std::map<int64_t, size_t> index;
+    for (const auto& prompt : wave) {
+      index[engine.add_request(prompt, params)] = out.size();
+      out.emplace_back();
+    }
+    while (engine.has_unfinished())
+      for (const infer::TokenOutput& t : engine.step())
+        out[index.at(t.request_id)].push_back(t.token);
+  }
+  EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks());  // cached blocks count free
+  if (stats != nullptr) *stats = engine.stats();
+  return out;
+}
+
+// A prompt that starts with a cached prefix generates, bit for bit, what it generates with
+// no cache (greedy and seeded sampling, block sizes 5 and 16, chunked prefill, and a pool
+// so small that cached blocks are evicted and sequences preempted).
+TEST(Engine, PrefixCacheHitsGiveTheTokensOfAWholePrefill) {
+  const ModelConfig c = tiny_config(model::Family::Qwen2);
+  auto w = std::make_shared<const ModelWeights>(
+      ModelWeights::random(c, Device::cpu(), DType::F32, 61, 0.3));
+  const std::vector<int32_t> system = random_ids(37, c.vocab_size, 70);
+  std::vector<std::vector<int32_t>> prompts;
+  for (uint64_t i = 0; i < 5; ++i) {
+    std::vector<int32_t> p(system.begin(), system.begin() + 30 + static_cast<int64_t>(i) * 2);
+    const std::vector<int32_t> tail =
+        random_ids(1 + 4 * static_cast<int64_t>(i), c.vocab_size, 80 + i);
+    p.insert(p.end(), tail.begin(), tail.end());
+    prompts.push_back(p);
+  }
+  // The first prompt alone, then all five, then all five again (the same prompts whole).
+  const std::vector<std::vector<std::vector<int32_t>>> waves = {{prompts[0]}, prompts, prompts};
+  infer::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.max_new_tokens = 9;
+  infer::SamplingParams sampled = greedy;
+  sampled.temperature = 0.9f;
+  sampled.top_p = 0.95f;
+  sampled.seed = 77;
+  for (const infer::SamplingParams& params : {greedy, sampled})
+    for (const int64_t bs : {5, 16})
+      for (const bool tight : {false, true}) {
+        infer::EngineOptions options;
+        options.block_size = bs;
+        options.prefill_chunk = 12;
+        options.kv_memory_bytes =
+            (tight ? 16 : 200) * infer::KvCache::bytes_per_block(c, DType::F32, bs) * 5 / bs;
+        options.max_model_len = 64;
+        options.prefix_caching = false;
+        infer::EngineStats plain_stats, cached_stats;
+        const auto plain = generate_waves(w, waves, params, options, &plain_stats);
+        options.prefix_caching = true;
+        const auto cached = generate_waves(w, waves, params, options, &cached_stats);
+        const std::string what = "block size " + std::to_string(bs) + (tight ? " tight" : "") +
+                                 " temperature " + std::to_string(params.temperature);
+        EXPECT_EQ(cached, plain) << what;
+        EXPECT_EQ(plain_stats.prefix_cache_hits, 0) << what;
+        EXPECT_GT(cached_stats.prefix_cache_hits, 0) << what;
+        EXPECT_LT(cached_stats.prompt_tokens, plain_stats.prompt_tokens) << what;
+        if (tight) EXPECT_GT(cached_stats.preemptions + plain_stats.preemptions, 0) << what;
+        for (size_t i = 0; i < prompts.size(); ++i)  // wave 3 = wave 2 = alone
+          EXPECT_EQ(cached[1 + prompts.size() + i], cached[1 + i]) << what << " prompt " << i;
+      }
+}
+
+// n > 1 choices of one prompt: the later choices wait for the first's prompt, then take
+// its full blocks from the cache (computing at most a block and a token each), and each
+// generates what it generates alone.
+TEST(Engine, LaterChoicesShareTheFirstChoicesPromptBlocks) {
+  const ModelConfig c = tiny_config(model::Family::Llama);
+  auto w = std::make_shared<const ModelWeights>(
+      ModelWeights::random(c, Device::cpu(), DType::F32, 71, 0.3));
+  const std::vector<int32_t> prompt = random_ids(43, c.vocab_size, 90);
+  infer::SamplingParams params;
+  params.temperature = 0.8f;
+  params.max_new_tokens = 6;
+  infer::EngineOptions options;
+  options.block_size = 8;
+  options.kv_memory_bytes = 8 << 20;
+  infer::Engine engine(w, options);
+  std::vector<int64_t> ids;
+  for (uint64_t i = 0; i < 3; ++i) {
+    params.seed = 500 + i;
+    ids.push_back(engine.add_request(prompt, params, ids.empty() ? -1 : ids.front()));
+  }
+  std::map<int64_t, std::vector<int32_t>> out;
+  std::map<int64_t, int64_t> cached;
+  while (engine.has_unfinished())
+    for (const infer::TokenOutput& t : engine.step()) {
+      out[t.request_id].push_back(t.token);
+      cached[t.request_id] = t.cached_prompt_tokens;
+    }
+  EXPECT_EQ(cached[ids[0]], 0);
+  EXPECT_EQ(cached[ids[1]], 40);  // 5 full blocks of 8 of the 43 prompt ids
+  EXPECT_EQ(cached[ids[2]], 40);
+  EXPECT_EQ(engine.stats().prompt_tokens, 43 + 3 + 3);
+  for (uint64_t i = 0; i < 3; ++i) {
+    params.seed = 500 + i;
+    infer::EngineOptions plain = options;
+    plain.prefix_caching = false;
+    EXPECT_EQ(generate(w, {prompt}, params, plain)[0], out[ids[i]]) << "choice " << i;
+  }
+}
+
 TEST(Engine, BadRequestsAreOneClearError) {
   const ModelConfig c = tiny_config(model::Family::Qwen2);
   auto w = std::make_shared<const ModelWeights>(ModelWeights::random(c, Device::cpu(), DType::F32));

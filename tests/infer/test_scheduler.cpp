@@ -214,10 +214,12 @@ TEST(Scheduler, OutOfBlocksPreemptsTheNewestWhichResumesAndFinishes) {
   EXPECT_EQ(s.find(2)->block_table, (Ids{2, 3}));
   run();  // positions 3 still fit in the second blocks
   EXPECT_EQ(entries(b), (std::vector<Entry>{{1, 1, 3, true}, {2, 1, 3, true}}));
-  run();  // position 4 needs a third block: B (newest) is preempted, A gets B's last (LIFO)
+  // Position 4 needs a third block: B (newest) is preempted, its blocks go back last to
+  // first, and A gets the one given back last (LIFO): B's first.
+  run();
   EXPECT_EQ(entries(b), (std::vector<Entry>{{1, 1, 4, true}}));
   EXPECT_EQ(b.preempted_ids, (std::vector<int64_t>{2}));
-  EXPECT_EQ(s.find(1)->block_table, (Ids{0, 1, 3}));
+  EXPECT_EQ(s.find(1)->block_table, (Ids{0, 1, 2}));
   EXPECT_EQ(s.find(2)->status, infer::SequenceStatus::Waiting);
   EXPECT_TRUE(s.find(2)->block_table.empty());
   EXPECT_EQ(s.find(2)->output_ids.size(), 2u);  // kept: recomputed, not resampled
@@ -387,21 +389,28 @@ TEST(Scheduler, BadRequestsAndMisuseAreClearErrors) {
 }
 
 // Random arrivals, prompt lengths, budgets and aborts on a small pool. Every step: the
-// budgets hold; every (sequence, position) that has or gets K/V maps to a distinct slot
-// inside the sequence's own blocks; live block tables are disjoint and cover exactly the
-// used blocks; the fake model's tokens equal the reference. Every finished sequence equals
-// the sequence run alone; at the end nothing is used.
-TEST(SchedulerProperty, RandomRunsKeepSlotsConsistentAndTokensRight) {
-  int64_t preemptions = 0, chunked = 0, aborted = 0;
+// budgets hold; every (sequence, position) that has or gets K/V maps to a slot inside the
+// sequence's own blocks, distinct from every other sequence's except in the blocks it
+// shares through the prefix cache (read-only: no step writes there); block tables are
+// disjoint outside shared blocks and cover exactly the used blocks; the fake model reads
+// the right token at every position and its tokens equal the reference. Every finished
+// sequence equals the sequence run alone; at the end nothing is used. With `caching`, the
+// prompts start with one of three common prefixes, so that admissions hit the cache.
+struct RandomRunCounts {
+  int64_t preemptions = 0, chunked = 0, aborted = 0, hit_tokens = 0;
+};
+
+void random_runs(bool caching, RandomRunCounts& counts) {
   for (uint32_t seed = 1; seed <= 12; ++seed) {
     std::mt19937 rng(seed);
     const int32_t bs = 2 + static_cast<int32_t>(rng() % 3);  // 2..4
-    const SchedulerConfig cfg = config(/*num_blocks=*/14, bs, /*budget=*/8 + rng() % 12,
-                                       /*chunk=*/3 + rng() % 6, /*max_seqs=*/2 + rng() % 4,
-                                       /*max_len=*/28);
+    SchedulerConfig cfg = config(/*num_blocks=*/14, bs, /*budget=*/8 + rng() % 12,
+                                 /*chunk=*/3 + rng() % 6, /*max_seqs=*/2 + rng() % 4,
+                                 /*max_len=*/28);
+    cfg.prefix_caching = caching;
     const Ids eos = {2};
     Scheduler s(cfg, eos);
-    PagedFakeModel model(cfg.num_blocks, bs);
+    PagedFakeModel model(cfg.num_blocks, bs, /*shared=*/caching);
     std::map<int64_t, int64_t> arrival;  // id → step
     for (int64_t id = 1; id <= 24; ++id) arrival[id] = rng() % 30;
     std::map<int64_t, Sequence> requests;
@@ -410,6 +419,11 @@ TEST(SchedulerProperty, RandomRunsKeepSlotsConsistentAndTokensRight) {
       for (const auto& [id, at] : arrival)
         if (at == t) {
           Sequence r = request(id, 1 + rng() % 14, 1 + rng() % 12);
+          if (caching) {  // the first 0..12 ids from one of three common prefixes
+            const int64_t common = std::min<int64_t>(rng() % 13, r.num_prompt_tokens());
+            const int32_t base = static_cast<int32_t>(50000 + 100 * (rng() % 3));
+            for (int64_t i = 0; i < common; ++i) r.prompt_ids[i] = base + static_cast<int32_t>(i);
+          }
           if (rng() % 4 == 0) r.params.stop_token_ids = {static_cast<int32_t>(3 + rng() % 40)};
           requests[id] = r;
           s.add(r);
@@ -420,32 +434,39 @@ TEST(SchedulerProperty, RandomRunsKeepSlotsConsistentAndTokensRight) {
         std::advance(it, static_cast<long>(rng() % live.size()));
         ASSERT_TRUE(s.abort(*it).has_value());
         live.erase(it);
-        ++aborted;
+        ++counts.aborted;
       }
       ScheduledBatch b = s.schedule();
       ASSERT_EQ(b.empty(), live.empty()) << "seed " << seed << " step " << t;
       if (b.empty()) continue;
       ASSERT_LE(b.num_tokens, cfg.max_num_batched_tokens);
       ASSERT_LE(b.num_seqs(), cfg.max_num_seqs);
-      preemptions += static_cast<int64_t>(b.preempted_ids.size());
+      counts.preemptions += static_cast<int64_t>(b.preempted_ids.size());
       for (const auto& e : b.seqs) {
         ASSERT_TRUE(e.num_new_tokens == 1 || e.num_new_tokens <= cfg.prefill_chunk);
-        chunked += !e.sample;
+        counts.chunked += !e.sample;
       }
-      // Slots of every cached or scheduled position of every live sequence: distinct, in
-      // the sequence's own blocks; block tables disjoint, covering num_used.
+      // Slots of every cached or scheduled position of every live sequence: in the
+      // sequence's own blocks, distinct outside shared (cached) blocks; block tables
+      // disjoint outside them, covering the used blocks.
       std::map<int64_t, int64_t> new_tokens;
       for (const auto& e : b.seqs) new_tokens[e.seq_id] = e.num_new_tokens;
-      std::set<int32_t> slots, blocks;
+      std::set<int32_t> slots, blocks, shared;
       for (const int64_t id : live) {
         const Sequence& q = *s.find(id);
-        for (const int32_t blk : q.block_table) ASSERT_TRUE(blocks.insert(blk).second);
+        for (const int32_t blk : q.block_table) {
+          const bool cached = s.prefix_cache().is_cached(blk);
+          ASSERT_TRUE(blocks.insert(blk).second || cached) << "block " << blk;
+          if (cached) shared.insert(blk);
+        }
         const int64_t upto = q.num_cached_tokens + new_tokens[id];
         ASSERT_LE(upto, static_cast<int64_t>(q.block_table.size()) * bs);
-        for (int64_t pos = 0; pos < upto; ++pos)
-          ASSERT_TRUE(slots.insert(q.block_table[pos / bs] * bs + pos % bs).second);
+        for (int64_t pos = 0; pos < upto; ++pos) {
+          const int32_t blk = q.block_table[pos / bs];
+          ASSERT_TRUE(slots.insert(blk * bs + pos % bs).second || shared.contains(blk));
+        }
       }
-      ASSERT_EQ(static_cast<int32_t>(blocks.size()), s.allocator().num_used());
+      ASSERT_EQ(static_cast<int64_t>(blocks.size()), s.num_used_blocks());
       infer::StepInputs in = infer::StepInputs::pack(b, bs);
       const infer::StepArrays a = in.arrays();
       std::set<int32_t> step_slots;
@@ -455,6 +476,7 @@ TEST(SchedulerProperty, RandomRunsKeepSlotsConsistentAndTokensRight) {
           const int32_t pos = a.positions[row];
           ASSERT_EQ(a.slot_mapping[row], q.block_table[pos / bs] * bs + pos % bs);
           ASSERT_TRUE(step_slots.insert(a.slot_mapping[row]).second);
+          ASSERT_FALSE(shared.contains(q.block_table[pos / bs])) << "a write to a shared block";
         }
       const Ids ids = model.step(b, in);
       for (size_t k = 0; k < b.seqs.size(); ++k)
@@ -469,13 +491,101 @@ TEST(SchedulerProperty, RandomRunsKeepSlotsConsistentAndTokensRight) {
     }
     EXPECT_TRUE(live.empty()) << "seed " << seed;
     EXPECT_FALSE(s.has_unfinished());
-    EXPECT_EQ(s.allocator().num_used(), 0);
+    EXPECT_EQ(s.num_used_blocks(), 0);
+    EXPECT_EQ(s.allocator().num_used(), s.prefix_cache().num_cached());  // the cache's holds
     EXPECT_EQ(s.num_running() + s.num_waiting(), 0);
+    counts.hit_tokens += s.prefix_cache_hits();
   }
+}
+
+TEST(SchedulerProperty, RandomRunsKeepSlotsConsistentAndTokensRight) {
+  RandomRunCounts counts;
+  random_runs(/*caching=*/false, counts);
   // The runs did exercise what they are meant to.
-  EXPECT_GT(preemptions, 0);
-  EXPECT_GT(chunked, 0);
-  EXPECT_GT(aborted, 0);
+  EXPECT_GT(counts.preemptions, 0);
+  EXPECT_GT(counts.chunked, 0);
+  EXPECT_GT(counts.aborted, 0);
+  EXPECT_EQ(counts.hit_tokens, 0);
+}
+
+TEST(SchedulerProperty, RandomRunsWithThePrefixCacheShareOnlyWhatIsCached) {
+  RandomRunCounts counts;
+  random_runs(/*caching=*/true, counts);
+  EXPECT_GT(counts.preemptions, 0);
+  EXPECT_GT(counts.chunked, 0);
+  EXPECT_GT(counts.aborted, 0);
+  EXPECT_GT(counts.hit_tokens, 0);
+}
+
+// A finished sequence's full prefill blocks serve the next sequence with the same prefix:
+// it starts after them, keeps at least two tokens to compute, and the cache's blocks stay
+// out of the used count once nobody holds them.
+TEST(Scheduler, PrefixCacheHitStartsAfterTheCachedBlocks) {
+  SchedulerConfig cfg = config(/*num_blocks=*/8, /*block_size=*/4);
+  cfg.prefix_caching = true;
+  Scheduler s(cfg, {2});
+  PagedFakeModel model(cfg.num_blocks, 4, /*shared=*/true);
+  ScheduledBatch b;
+  Sequence first = request(1, 10, 2);
+  s.add(first);
+  step(s, model, b);
+  EXPECT_EQ(entries(b), (std::vector<Entry>{{1, 10, 0, true}}));
+  step(s, model, b);  // its decode (2nd token) ends it
+  EXPECT_FALSE(s.has_unfinished());
+  EXPECT_EQ(s.num_used_blocks(), 0);
+  EXPECT_EQ(s.prefix_cache().num_cached(), 2);  // blocks of tokens 0..7; 8..9 not full
+  EXPECT_EQ(s.num_free_blocks(), 8);
+
+  Sequence again = first;  // the same prompt: 2 blocks hit, 2 tokens computed
+  again.id = 2;
+  s.add(again);
+  step(s, model, b);
+  EXPECT_EQ(entries(b), (std::vector<Entry>{{2, 2, 8, true}}));
+  EXPECT_EQ(b.seqs[0].seq->num_prefix_hit_tokens, 8);
+  EXPECT_EQ(s.prefix_cache_hits(), 8);
+  EXPECT_EQ(s.prefix_cache_queries(), 10 + 10);
+  ASSERT_TRUE(s.abort(2).has_value());
+
+  Sequence eight = request(1, 8, 2);  // 8 = 2 blocks: only 1 may hit, 4 tokens computed
+  eight.id = 3;
+  s.add(eight);
+  step(s, model, b);
+  EXPECT_EQ(entries(b), (std::vector<Entry>{{3, 4, 4, true}}));
+  ASSERT_TRUE(s.abort(3).has_value());
+
+  Sequence other = request(1, 10, 2);  // another second block: only the first hits
+  other.id = 4;
+  other.prompt_ids[5] = 7;
+  s.add(other);
+  step(s, model, b);
+  EXPECT_EQ(entries(b), (std::vector<Entry>{{4, 6, 4, true}}));
+  ASSERT_TRUE(s.abort(4).has_value());
+  EXPECT_EQ(s.num_used_blocks(), 0);
+}
+
+// Blocks only the cache holds are handed out when nothing else is free, least recently
+// released first; a chain's last block before its first.
+TEST(Scheduler, PrefixCacheBlocksAreEvictedWhenThePoolRunsOut) {
+  SchedulerConfig cfg = config(/*num_blocks=*/4, /*block_size=*/2);
+  cfg.prefix_caching = true;
+  Scheduler s(cfg, {2});
+  PagedFakeModel model(cfg.num_blocks, 2, /*shared=*/true);
+  ScheduledBatch b;
+  s.add(request(1, 7, 1));  // 4 blocks; 3 full ones cached
+  step(s, model, b);
+  EXPECT_FALSE(s.has_unfinished());
+  EXPECT_EQ(s.prefix_cache().num_cached(), 3);
+  EXPECT_EQ(s.num_free_blocks(), 4);
+  s.add(request(2, 5, 1));  // 3 blocks: the free one and two evicted
+  step(s, model, b);
+  EXPECT_EQ(entries(b), (std::vector<Entry>{{2, 5, 0, true}}));
+  EXPECT_EQ(s.prefix_cache().num_cached(), 2 + 1);  // sequence 1's first + sequence 2's two
+  Sequence again = request(1, 7, 1);                // sequence 1's first block survived
+  again.id = 3;
+  s.add(again);
+  step(s, model, b);
+  EXPECT_EQ(entries(b), (std::vector<Entry>{{3, 5, 2, true}}));
+  EXPECT_EQ(s.num_used_blocks(), 0);
 }
 
 }  // namespace

@@ -7,97 +7,12 @@
 // its request aborted and its KV blocks freed (/metrics).
 #if MICROLLM_WITH_SERVER
 #include <gtest/gtest.h>
-#include <httplib.h>
 
-#include <fstream>
-#include <thread>
-
-#include <nlohmann/json.hpp>
-
-#include "microllm/model/weights.h"
-#include "microllm/serve/http_server.h"
+#include "serve/serve_fixture.h"
 
 using namespace microllm;
-using nlohmann::json;
+using namespace microllm::testing;
 using namespace std::chrono_literals;
-
-namespace {
-
-const std::string kFolder =
-    std::string(MICROLLM_SOURCE_DIR) + "/tests/fixtures/models/qwen2-trained";
-
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  return json::parse(in);
-}
-
-// The fixture served on a free loopback port; the model attaches when attach() is called.
-// With `stop_on_eos` false the engine never stops on EOS (requests run to max_tokens).
-struct Served {
-  explicit Served(bool stop_on_eos = true) : stop_on_eos_(stop_on_eos) {}
-  bool stop_on_eos_;
-  std::shared_ptr<const model::ModelWeights> weights = std::make_shared<const model::ModelWeights>(
-      model::ModelWeights::load(kFolder, Device::cpu(), DType::F32));
-  io::Tokenizer tokenizer = io::Tokenizer::from_file(kFolder);
-  infer::Engine engine{weights, [this] {
-                         infer::EngineOptions o;
-                         o.kv_memory_bytes = 8 << 20;
-                         o.max_num_seqs = 8;
-                         if (stop_on_eos_) o.eos_token_ids = {1023};  // generation_config.json
-                         return o;
-                       }()};
-  serve::EngineLoop loop{engine};
-  serve::HttpServer server{[] {
-    serve::ServerOptions o;
-    o.port = 0;
-    o.threads = 16;
-    o.log_requests = false;
-    return o;
-  }()};
-  int port = server.bind();
-  std::thread thread{[this] { server.serve(); }};
-  httplib::Client client{"127.0.0.1", port};
-
-  void attach() {
-    serve::ModelContext m;
-    m.name = "tiny";
-    m.tokenizer = &tokenizer;
-    m.chat_template =
-        io::ChatTemplate::from_config(tokenizer.config(), kFolder, io::ChatFamily::kChatml);
-    m.max_model_len = engine.max_model_len();
-    server.attach(loop, std::move(m));
-  }
-  ~Served() {
-    server.stop();
-    thread.join();
-  }
-  httplib::Result post(const std::string& path, const json& body) {
-    return client.Post(path, body.dump(), "application/json");
-  }
-};
-
-// The JSON objects of an SSE body, and whether it ended with [DONE].
-std::vector<json> sse_events(const std::string& body, bool* done) {
-  std::vector<json> events;
-  *done = false;
-  size_t at = 0;
-  while (at < body.size()) {
-    const size_t end = body.find("\n\n", at);
-    EXPECT_NE(end, std::string::npos) << "an event without its blank line";
-    if (end == std::string::npos) break;
-    const std::string line = body.substr(at, end - at);
-    EXPECT_EQ(line.rfind("data: ", 0), 0u) << line;
-    const std::string data = line.substr(6);
-    if (data == "[DONE]")
-      *done = true;
-    else
-      events.push_back(json::parse(data));
-    at = end + 2;
-  }
-  return events;
-}
-
-}  // namespace
 
 TEST(HttpServer, UnavailableUntilAttachedThenHealthy) {
   Served s;
@@ -124,7 +39,7 @@ TEST(HttpServer, UnavailableUntilAttachedThenHealthy) {
 TEST(HttpServer, GreedyCompletionsAreTransformersGreedyText) {
   Served s;
   s.attach();
-  const json expected = read_json(kFolder + "/expected.json");
+  const json expected = read_json(kServeFixture + "/expected.json");
   int checked = 0;
   for (const json& p : expected["prompts"]) {
     const auto n = static_cast<int64_t>(p["hf_ids"].size());
@@ -183,7 +98,11 @@ TEST(HttpServer, StreamedChatIsTheWholeChatInChunks) {
   EXPECT_EQ(text, w["choices"][0]["message"]["content"]);
   const json& usage = events.back();
   EXPECT_EQ(usage["choices"], json::array());
-  EXPECT_EQ(usage["usage"], w["usage"]);
+  // The same prompt again: the prefix cache served (33 − 2) / 16 = 1 block of its 33 ids.
+  json expected = w["usage"];
+  EXPECT_EQ(expected["prompt_tokens_details"]["cached_tokens"], 0);
+  expected["prompt_tokens_details"]["cached_tokens"] = 16;
+  EXPECT_EQ(usage["usage"], expected);
 }
 
 TEST(HttpServer, SeededChoicesAreReproducible) {

@@ -45,8 +45,10 @@ TEST(OpenAiResponse, ChatCompletionBody) {
   EXPECT_EQ(c1["message"], (json{{"role", "assistant"}, {"content", "Hi there"}}));
   EXPECT_TRUE(c1["logprobs"].is_null());
   EXPECT_EQ(c1["finish_reason"], "length");
-  EXPECT_EQ(r["usage"],
-            (json{{"prompt_tokens", 12}, {"completion_tokens", 7}, {"total_tokens", 19}}));
+  EXPECT_EQ(r["usage"], (json{{"prompt_tokens", 12},
+                              {"completion_tokens", 7},
+                              {"total_tokens", 19},
+                              {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
 }
 
 TEST(OpenAiResponse, ChatLogprobsCarryBytesAndAlternatives) {
@@ -123,10 +125,11 @@ TEST(OpenAiResponse, CompletionStreamChunkUsageErrorAndDone) {
   EXPECT_EQ(chunk["object"], "text_completion");
   EXPECT_EQ(chunk["choices"][0]["text"], "ab");
   EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null());
-  const json usage = event_json(usage_event(Endpoint::chat_completions, kHeader, Usage{3, 4}));
+  const json usage = event_json(usage_event(Endpoint::chat_completions, kHeader, Usage{3, 4, 2}));
   EXPECT_EQ(usage["object"], "chat.completion.chunk");
   EXPECT_EQ(usage["choices"], json::array());
   EXPECT_EQ(usage["usage"]["total_tokens"], 7);
+  EXPECT_EQ(usage["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
   ApiError e;
   e.status = 500;
   e.type = "server_error";

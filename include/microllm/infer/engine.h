@@ -36,7 +36,8 @@ struct EngineOptions {
   int64_t max_model_len = 0;              // context length; 0: max_position_embeddings
   std::vector<int32_t> eos_token_ids;     // generation stops on any (unless ignore_eos)
   bool batch_invariant = true;            // GEMM plans independent of the row count
-  bool cuda_graphs = true;  // CUDA: decode steps replay graphs captured at construction
+  bool cuda_graphs = true;     // CUDA: decode steps replay graphs captured at construction
+  bool prefix_caching = true;  // reuse the KV blocks of cached prompt prefixes (Scheduler)
 };
 
 // One sampled token of one request.
@@ -46,7 +47,8 @@ struct TokenOutput {
   float logprob = 0.0f;                                 // of `token`, raw model distribution
   std::vector<std::pair<int32_t, float>> top_logprobs;  // when params.logprobs > 0
   bool finished = false;
-  std::string finish_reason;  // "stop" | "length" once finished
+  std::string finish_reason;         // "stop" | "length" once finished
+  int64_t cached_prompt_tokens = 0;  // prompt tokens the prefix cache served at admission
 };
 
 struct EngineStats {
@@ -54,8 +56,10 @@ struct EngineStats {
   int64_t prompt_tokens = 0;  // prefilled (recomputed ones counted again)
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
-  int64_t graph_steps = 0;    // steps that replayed a decode graph
-  double host_seconds = 0.0;  // in step(), outside the device wait
+  int64_t graph_steps = 0;           // steps that replayed a decode graph
+  int64_t prefix_cache_queries = 0;  // tokens looked up in the prefix cache at admissions
+  int64_t prefix_cache_hits = 0;     // of those, tokens found cached (not computed)
+  double host_seconds = 0.0;         // in step(), outside the device wait
 };
 
 class Engine {
@@ -67,7 +71,10 @@ class Engine {
 
   // Validates the request (ids inside the vocabulary, prompt shorter than the context,
   // the parameters) and queues it; returns its id. Error on bad input, nothing queued.
-  int64_t add_request(std::vector<int32_t> prompt_ids, SamplingParams params);
+  // `after`: the id of a request with the same prompt (the first of n choices); this one is
+  // admitted once that one has its prompt's K/V, so the prefix cache shares the prompt's
+  // full blocks instead of computing them again (−1: no such wait).
+  int64_t add_request(std::vector<int32_t> prompt_ids, SamplingParams params, int64_t after = -1);
   // Drops a request (waiting or running) and frees its blocks; unknown ids are ignored.
   void abort(int64_t request_id);
   // One engine step; empty when nothing is left to run.
@@ -80,7 +87,10 @@ class Engine {
   int64_t kernels_per_decode_step(int64_t num_seqs) const;
   int64_t max_model_len() const;
   int64_t num_kv_blocks() const;
-  int64_t num_free_kv_blocks() const;
+  int64_t num_free_kv_blocks() const;    // free, or held by the prefix cache alone
+  int64_t num_cached_kv_blocks() const;  // in the prefix cache (held by requests or not)
+  int64_t num_waiting_requests() const;
+  int64_t num_running_requests() const;
   int64_t kv_cache_bytes() const;
   const model::ModelWeights& weights() const;
 

@@ -39,6 +39,17 @@ struct Sequence {
   FinishReason finish_reason = FinishReason::None;
   int32_t stop_token_id = -1;   // the EOS or stop id that ended it (reason Stop); else −1
   int64_t num_preemptions = 0;  // times its blocks were taken back for recompute
+  // Admitted only once sequence `after_id` (same prompt: n > 1 choices) has its prompt's K/V
+  // or has ended, so that the prefix cache serves this one its full prompt blocks; −1: none.
+  int64_t after_id = -1;
+  // Prefix-cache bookkeeping (Scheduler): the leading tokens whose K/V came from a cache
+  // hit or from prefill rows (chunks of ≥ 2 tokens, whose bits equal a whole prefill's);
+  // the leading blocks of block_table that are the cache's blocks of their prefix; whether
+  // later blocks may still be offered to the cache; tokens found cached at admission.
+  int64_t num_prefill_tokens = 0;
+  int64_t num_shared_blocks = 0;
+  bool cache_chain_open = true;
+  int64_t num_prefix_hit_tokens = 0;
 
   int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_ids.size()); }
   int64_t num_output_tokens() const { return static_cast<int64_t>(output_ids.size()); }

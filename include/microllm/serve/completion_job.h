@@ -44,7 +44,8 @@ class CompletionJob {
   bool done() const;
   // Ends every running choice now (the client left, or the request timed out).
   void abort();
-  // Prompt tokens once, completion tokens over all choices (a stopping EOS counts).
+  // Prompt tokens once (and choice 0's served by the prefix cache), completion tokens over
+  // all choices (a stopping EOS counts).
   Usage usage() const;
   // Each choice's whole text, log-probabilities and finish reason so far.
   const std::vector<ChoiceOutput>& totals() const { return totals_; }
@@ -55,7 +56,8 @@ class CompletionJob {
     std::shared_ptr<RequestStream> stream;
     std::unique_ptr<TextStream> text;
     int64_t tokens = 0;
-    int64_t characters = 0;  // of the choice's text so far (the next piece's text_offset)
+    int64_t cached_prompt_tokens = 0;  // the prefix cache's share of its prompt
+    int64_t characters = 0;            // of the choice's text so far (the next piece's text_offset)
     bool done = false;
   };
 

@@ -65,10 +65,14 @@ class RequestStream {
 
 // Counters the loop publishes after every step, readable from any thread.
 struct LoopSnapshot {
-  int64_t requests = 0;        // accepted and not finished (waiting or running)
-  int64_t kv_blocks_used = 0;  // of kv_blocks_total
+  int64_t requests = 0;          // accepted and not finished (waiting or running)
+  int64_t waiting = 0;           // of those, not yet admitted (or preempted)
+  int64_t running = 0;           // of those, admitted (their blocks allocated)
+  int64_t kv_blocks_used = 0;    // of kv_blocks_total, held by requests
+  int64_t kv_blocks_cached = 0;  // in the prefix cache (held by requests or not)
   int64_t kv_blocks_total = 0;
   int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0, preemptions = 0;
+  int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;  // tokens
 };
 
 class EngineLoop {
@@ -85,6 +89,10 @@ class EngineLoop {
   // microllm::Error when the loop has stopped.
   std::shared_ptr<RequestStream> submit(std::vector<int32_t> prompt_ids,
                                         infer::SamplingParams params);
+  // The n choices of one prompt, one stream each, all accepted or none: choice 0 first, the
+  // others admitted once it has the prompt's K/V, so that they share its cached blocks.
+  std::vector<std::shared_ptr<RequestStream>> submit_choices(
+      std::vector<int32_t> prompt_ids, std::vector<infer::SamplingParams> choices);
   // Ends a request at the loop's next turn and frees its KV blocks; its stream gets nothing
   // more. Unknown or finished ids are ignored.
   void abort(int64_t request_id);
@@ -99,9 +107,10 @@ class EngineLoop {
  private:
   struct Pending {
     std::vector<int32_t> prompt_ids;
-    infer::SamplingParams params;
-    std::promise<std::shared_ptr<RequestStream>> accepted;
+    std::vector<infer::SamplingParams> choices;
+    std::promise<std::vector<std::shared_ptr<RequestStream>>> accepted;
   };
+  void add(Pending& p);  // loop thread
 
   void run();
   void publish();

@@ -22,6 +22,7 @@ struct ServerOptions {
   int port = 8000;                       // 0: a free port the system picks
   size_t max_body_bytes = 8u << 20;      // larger bodies get 413
   int threads = 512;                     // connections served at once
+  int listen_backlog = 1024;             // connections waiting to be accepted
   double request_timeout_seconds = 0.0;  // > 0: a request running longer is ended
   int64_t max_n = 16;                    // `n` at most
   bool log_requests = true;              // one line per request on stderr

@@ -112,6 +112,7 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
 
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens the prefix cache served (prompt_tokens_details)
 };
 
 // One generated token's log-probability and, when asked, its alternatives.
