@@ -1,6 +1,7 @@
 // CompletionJob (see completion_job.h).
 #include "microllm/serve/completion_job.h"
 
+#include <chrono>
 #include <random>
 
 #include "microllm/core/error.h"
@@ -46,7 +47,9 @@ CompletionJob::CompletionJob(const CompletionRequest& r, const ModelContext& mod
                              EngineLoop& loop)
     : model_(model), loop_(loop), with_logprobs_(r.logprobs >= 0) {
   MICROLLM_CHECK(model.tokenizer != nullptr, "serve", "the served model has no tokenizer");
+  const auto began = std::chrono::steady_clock::now();
   prompt_ids_ = prompt_ids_of(r, model);
+  tokenize_seconds_ = seconds_since(began);
   const auto P = static_cast<int64_t>(prompt_ids_.size());
   const int64_t context = model.max_model_len;
   const std::string prompt_param = r.endpoint == Endpoint::chat_completions ? "messages" : "prompt";
@@ -133,6 +136,7 @@ void CompletionJob::take(size_t i, StreamEvent event, ChoiceOutput& piece) {
     abort();
     throw ApiException(ApiError::server(500, event.error));
   }
+  const auto began = std::chrono::steady_clock::now();
   const infer::TokenOutput& t = event.token;
   ++c.tokens;
   c.cached_prompt_tokens = t.cached_prompt_tokens;
@@ -156,6 +160,7 @@ void CompletionJob::take(size_t i, StreamEvent event, ChoiceOutput& piece) {
     c.done = true;
     piece.finish_reason = total.finish_reason = finish;
   }
+  detokenize_seconds_ += seconds_since(began);
 }
 
 std::vector<ChoiceOutput> CompletionJob::poll(std::chrono::milliseconds timeout) {

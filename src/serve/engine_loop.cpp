@@ -118,6 +118,7 @@ void EngineLoop::publish() {
   s.preemptions = e.preemptions;
   s.prefix_cache_queries = e.prefix_cache_queries;
   s.prefix_cache_hits = e.prefix_cache_hits;
+  s.step_seconds = step_seconds_;
   std::lock_guard lock(mutex_);
   snapshot_ = s;
 }
@@ -157,7 +158,10 @@ void EngineLoop::run() {
     busy = engine_.has_unfinished();
     if (busy) {
       try {
-        for (infer::TokenOutput& t : engine_.step()) {
+        const auto began = std::chrono::steady_clock::now();
+        std::vector<infer::TokenOutput> outputs = engine_.step();
+        step_seconds_ += seconds_since(began);
+        for (infer::TokenOutput& t : outputs) {
           const auto it = streams_.find(t.request_id);
           if (it == streams_.end()) continue;
           const bool finished = t.finished;

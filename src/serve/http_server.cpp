@@ -22,10 +22,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr auto kPoll = std::chrono::milliseconds(50);
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   res.set_content(e.body(), "application/json");
@@ -114,6 +110,20 @@ void HttpServer::Impl::completion(Endpoint endpoint, const httplib::Request& req
     for (const ChoiceOutput& c : j.totals()) reason = c.finish_reason.value_or("abort");
     return reason;
   };
+  // The metrics of the request as it ends now.
+  auto finished = [arrived, queued](const CompletionJob& j, const std::string& reason,
+                                    double ttft) {
+    FinishedRequest f;
+    f.finish_reason = reason;
+    f.prompt_tokens = j.prompt_tokens();
+    f.generation_tokens = j.usage().completion_tokens;
+    f.queue_seconds = queued;
+    f.first_token_seconds = ttft;
+    f.e2e_seconds = seconds_since(arrived);
+    f.tokenize_seconds = j.tokenize_seconds();
+    f.detokenize_seconds = j.detokenize_seconds();
+    return f;
+  };
 
   if (!stream) {
     double ttft = -1.0;
@@ -123,22 +133,19 @@ void HttpServer::Impl::completion(Endpoint endpoint, const httplib::Request& req
         if (timed_out()) {
           job->abort();
           send_error(res, timed_out_error(timeout));
-          metrics.request_done("abort", job->prompt_tokens(), job->usage().completion_tokens,
-                               queued, ttft, seconds_since(arrived));
+          metrics.request_done(finished(*job, "abort", ttft));
           return;
         }
       }
     } catch (const ApiException& e) {
       send_error(res, e.error());
-      metrics.request_done("error", job->prompt_tokens(), job->usage().completion_tokens, queued,
-                           ttft, seconds_since(arrived));
+      metrics.request_done(finished(*job, "error", ttft));
       return;
     }
     res.set_content(response_json(endpoint, header, job->totals(), job->usage()),
                     "application/json");
     const std::string finish = finish_of(*job);
-    metrics.request_done(finish, job->prompt_tokens(), job->usage().completion_tokens, queued, ttft,
-                         seconds_since(arrived));
+    metrics.request_done(finished(*job, finish, ttft));
     log(header, job->usage(), ttft, seconds_since(arrived), finish);
     return;
   }
@@ -153,63 +160,61 @@ void HttpServer::Impl::completion(Endpoint endpoint, const httplib::Request& req
   };
   auto state = std::make_shared<StreamState>();
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream", [this, job, state, header, endpoint, include_usage, arrived, queued,
-                            timeout, timed_out, finish_of](size_t, httplib::DataSink& sink) {
-        auto write = [&](const std::string& event) {
-          return sink.write(event.data(), event.size());
-        };
-        auto end = [&](const std::string& finish) {
-          state->finished = true;
-          metrics.request_done(finish, job->prompt_tokens(), job->usage().completion_tokens, queued,
-                               state->ttft, seconds_since(arrived));
-          log(header, job->usage(), state->ttft, seconds_since(arrived), finish);
-        };
-        if (state->finished) return false;
-        if (!sink.is_writable()) {  // the client left
+  res.set_chunked_content_provider("text/event-stream", [this, job, state, header, endpoint,
+                                                         include_usage, arrived, queued, timeout,
+                                                         timed_out, finish_of, finished](
+                                                            size_t, httplib::DataSink& sink) {
+    auto write = [&](const std::string& event) { return sink.write(event.data(), event.size()); };
+    auto end = [&](const std::string& finish) {
+      state->finished = true;
+      metrics.request_done(finished(*job, finish, state->ttft));
+      log(header, job->usage(), state->ttft, seconds_since(arrived), finish);
+    };
+    if (state->finished) return false;
+    if (!sink.is_writable()) {  // the client left
+      job->abort();
+      end("abort");
+      return false;
+    }
+    try {
+      std::vector<ChoiceOutput> pieces = job->poll(kPoll);
+      if (state->started.empty()) state->started.assign(job->totals().size(), false);
+      for (ChoiceOutput& piece : pieces) {
+        const auto i = static_cast<size_t>(piece.index);
+        const bool first = !state->started[i];
+        const bool empty = piece.text.empty() && !piece.finish_reason && piece.logprobs.empty();
+        if (empty && !first) continue;  // held back by a possible stop string
+        if (!write(chunk_event(endpoint, header, piece, first, include_usage))) {
           job->abort();
           end("abort");
           return false;
         }
-        try {
-          std::vector<ChoiceOutput> pieces = job->poll(kPoll);
-          if (state->started.empty()) state->started.assign(job->totals().size(), false);
-          for (ChoiceOutput& piece : pieces) {
-            const auto i = static_cast<size_t>(piece.index);
-            const bool first = !state->started[i];
-            const bool empty = piece.text.empty() && !piece.finish_reason && piece.logprobs.empty();
-            if (empty && !first) continue;  // held back by a possible stop string
-            if (!write(chunk_event(endpoint, header, piece, first, include_usage))) {
-              job->abort();
-              end("abort");
-              return false;
-            }
-            state->started[i] = true;
-            if (state->ttft < 0.0) state->ttft = seconds_since(arrived);
-            metrics.inter_token(std::chrono::duration<double>(Clock::now() - state->last).count());
-            state->last = Clock::now();
-          }
-          if (timed_out() && !job->done()) {
-            job->abort();
-            write(error_event(timed_out_error(timeout)));
-            sink.done();
-            end("abort");
-            return true;
-          }
-          if (job->done()) {
-            if (include_usage) write(usage_event(endpoint, header, job->usage()));
-            write(done_event());
-            sink.done();
-            end(finish_of(*job));
-          }
-          return true;
-        } catch (const ApiException& e) {  // the engine failed mid-stream
-          write(error_event(e.error()));
-          sink.done();
-          end("error");
-          return true;
-        }
-      });
+        state->started[i] = true;
+        if (state->ttft < 0.0) state->ttft = seconds_since(arrived);
+        metrics.inter_token(std::chrono::duration<double>(Clock::now() - state->last).count());
+        state->last = Clock::now();
+      }
+      if (timed_out() && !job->done()) {
+        job->abort();
+        write(error_event(timed_out_error(timeout)));
+        sink.done();
+        end("abort");
+        return true;
+      }
+      if (job->done()) {
+        if (include_usage) write(usage_event(endpoint, header, job->usage()));
+        write(done_event());
+        sink.done();
+        end(finish_of(*job));
+      }
+      return true;
+    } catch (const ApiException& e) {  // the engine failed mid-stream
+      write(error_event(e.error()));
+      sink.done();
+      end("error");
+      return true;
+    }
+  });
 }
 
 HttpServer::HttpServer(ServerOptions options) : impl_(std::make_unique<Impl>()) {

@@ -37,16 +37,16 @@ std::string Histogram::render(const std::string& name, const std::string& help) 
   return out;
 }
 
-void Metrics::request_done(const std::string& finish_reason, int64_t prompt_tokens,
-                           int64_t generation_tokens, double queue_seconds,
-                           double first_token_seconds, double e2e_seconds) {
+void Metrics::request_done(const FinishedRequest& r) {
   std::lock_guard lock(mutex_);
-  ++finished_[finish_reason];
-  prompt_tokens_ += prompt_tokens;
-  generation_tokens_ += generation_tokens;
-  queue_.observe(queue_seconds);
-  if (first_token_seconds >= 0.0) ttft_.observe(first_token_seconds);
-  e2e_.observe(e2e_seconds);
+  ++finished_[r.finish_reason];
+  prompt_tokens_ += r.prompt_tokens;
+  generation_tokens_ += r.generation_tokens;
+  tokenize_seconds_ += r.tokenize_seconds;
+  detokenize_seconds_ += r.detokenize_seconds;
+  queue_.observe(r.queue_seconds);
+  if (r.first_token_seconds >= 0.0) ttft_.observe(r.first_token_seconds);
+  e2e_.observe(r.e2e_seconds);
 }
 
 void Metrics::inter_token(double seconds) {
@@ -85,6 +85,19 @@ std::string Metrics::render(const LoopSnapshot& loop) const {
                 std::to_string(prompt_tokens_));
   out += metric("microllm:generation_tokens_total", "counter",
                 "Generated tokens of finished requests.", std::to_string(generation_tokens_));
+  out += metric("microllm:tokenize_seconds_total", "counter",
+                "HTTP-thread time building the prompt ids (chat template, tokenizer) of finished "
+                "requests.",
+                number(tokenize_seconds_));
+  out += metric("microllm:detokenize_seconds_total", "counter",
+                "HTTP-thread time turning the tokens of finished requests into text (detokenizer, "
+                "stop strings, logprobs).",
+                number(detokenize_seconds_));
+  out += metric("microllm:engine_steps_total", "counter", "Engine steps run.",
+                std::to_string(loop.steps));
+  out += metric("microllm:engine_step_seconds_total", "counter",
+                "Engine-thread time inside engine steps (model, sampler, scheduler).",
+                number(loop.step_seconds));
   out +=
       "# HELP microllm:request_success_total Finished requests by finish reason.\n"
       "# TYPE microllm:request_success_total counter\n";

@@ -37,7 +37,11 @@ std::string kind_of(const json& v) {
   }
 }
 
+// The value as a message quotes it, at most 40 bytes. Arrays and objects are not dumped:
+// dump() recurses once per level, and a body of nested brackets would overflow the stack.
 std::string shown(const json& v) {
+  if (v.is_array()) return v.empty() ? "[]" : "[...]";
+  if (v.is_object()) return v.empty() ? "{}" : "{...}";
   std::string s = v.dump();
   return s.size() > 40 ? s.substr(0, 37) + "..." : s;
 }
@@ -100,7 +104,8 @@ class Body {
     if (!v->is_number())
       reject(key, "'" + key + "' must be a number, found " + kind_of(*v) + " " + shown(*v));
     const double d = v->get<double>();
-    if (!std::isfinite(d) || d > hi || (lo_open ? d <= lo : d < lo))
+    // The engine takes a float: above an open bound but rounding to it (1e-300) is out too.
+    if (!std::isfinite(d) || d > hi || (lo_open ? static_cast<float>(d) <= lo : d < lo))
       reject(key, "'" + key + "' must be in " + (lo_open ? "(" : "[") + fmt(lo) + ", " + fmt(hi) +
                       "], found " + shown(*v));
     return d;
@@ -302,7 +307,7 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view t
   json document;
   try {
     document = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error; out_of_range for a number like 1e400
     reject("", std::string("We could not parse the JSON body of your request: ") + e.what());
   }
   if (!document.is_object())
@@ -357,6 +362,7 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view t
     s.seed = static_cast<uint64_t>(*seed);
     r.seeded = true;
   }
+  s.ignore_eos = body.boolean("ignore_eos").value_or(false);  // vLLM's extension
   r.stop = parse_stop(body, limits.max_stop);
   r.n = body.integer("n", 1, limits.max_n).value_or(1);
   parse_stream(body, r);

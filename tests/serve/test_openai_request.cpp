@@ -54,6 +54,7 @@ TEST(OpenAiRequest, ChatDefaultsAreOpenAis) {
   EXPECT_FALSE(r.stream);
   EXPECT_FALSE(r.include_usage);
   EXPECT_EQ(r.logprobs, -1);
+  EXPECT_FALSE(r.sampling.ignore_eos);
 }
 
 TEST(OpenAiRequest, ChatFieldsAreRead) {
@@ -93,6 +94,8 @@ TEST(OpenAiRequest, ChatFieldsAreRead) {
   EXPECT_EQ(chat("{" + kHello + R"(, "top_k": -1})").sampling.top_k, 0);
   EXPECT_EQ(chat("{" + kHello + R"(, "stop": "x"})").stop, std::vector<std::string>{"x"});
   EXPECT_EQ(chat("{" + kHello + R"(, "max_tokens": 16.0})").max_tokens, 16);
+  // vLLM's `ignore_eos` extension: run to max_tokens through EOS.
+  EXPECT_TRUE(chat("{" + kHello + R"(, "ignore_eos": true})").sampling.ignore_eos);
 }
 
 TEST(OpenAiRequest, CompletionPromptsAsTextOrIds) {
@@ -185,6 +188,7 @@ TEST(OpenAiRequest, EveryBadFieldIsA400NamingIt) {
       {C, "{" + h + R"("n": 0})", "n", "[1, 8]"},
       {C, "{" + h + R"("n": 9})", "n", "[1, 8]"},
       {C, "{" + h + R"("stream": "yes"})", "stream", "boolean"},
+      {P, R"({"model": "tiny", "prompt": "x", "ignore_eos": 1})", "ignore_eos", "boolean"},
       {C, "{" + h + R"("stream_options": {"include_usage": true}})", "stream_options",
        "only allowed"},
       {C, "{" + h + R"("stream": true, "stream_options": {"include_usage": 1}})",
@@ -259,4 +263,27 @@ TEST(OpenAiRequest, OmittedSamplingFieldsKeepTheModelDefaults) {
   EXPECT_EQ(given.sampling.top_k, 20);  // null = not given
   EXPECT_EQ(given.sampling.top_p, 1.0f);
   EXPECT_EQ(given.sampling.repetition_penalty, 1.0f);
+}
+
+// Bodies the request fuzzer (tests/fuzz/fuzz_openai_request.cpp) and its seeds exposed.
+TEST(OpenAiRequest, FuzzedBodiesAre400s) {
+  const Endpoint C = Endpoint::chat_completions, P = Endpoint::completions;
+  // A number beyond a double's range is nlohmann's out_of_range, not a parse_error: still
+  // the malformed-JSON 400, not another exception.
+  ApiError e = error_of(P, R"({"model": "tiny", "prompt": "x", "max_tokens": 1e400})");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_TRUE(e.param.empty());
+  EXPECT_NE(e.message.find("could not parse"), std::string::npos) << e.message;
+  // Above an open lower bound as a double but 0 as the float the engine takes: out of range.
+  EXPECT_EQ(error_of(C, "{" + kHello + R"(, "top_p": 1e-300})").param, "top_p");
+  EXPECT_EQ(error_of(C, "{" + kHello + R"(, "repetition_penalty": 4.9e-324})").param,
+            "repetition_penalty");
+  EXPECT_GT(chat("{" + kHello + R"(, "top_p": 1e-30})").sampling.top_p, 0.0f);
+  // A deeply nested value where a scalar belongs: a 400 that does not quote it (dumping it
+  // recursed once per level and overflowed the stack).
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  e = error_of(C, "{" + kHello + R"(, "temperature": )" + deep + "}");
+  EXPECT_EQ(e.param, "temperature");
+  EXPECT_NE(e.message.find("an array [...]"), std::string::npos) << e.message;
+  EXPECT_EQ(error_of(P, R"({"model": "tiny", "prompt": [1, )" + deep + "]}").param, "prompt");
 }

@@ -134,6 +134,12 @@ TEST(ServeLoad, TwoHundredStreamsAndTwoHundredDisconnectsLeakNothing) {
   EXPECT_EQ(s.engine.num_free_kv_blocks(), s.engine.num_kv_blocks());
   EXPECT_NE(m.find("finished_reason=\"abort\"}"), std::string::npos) << m;
   EXPECT_EQ(m.find("microllm:prefix_cache_hits_total 0\n"), std::string::npos) << m;
+  // The host work off the engine thread and the engine's own time are counted.
+  for (const char* counter :
+       {"microllm:tokenize_seconds_total 0\n", "microllm:detokenize_seconds_total 0\n",
+        "microllm:engine_steps_total 0\n", "microllm:engine_step_seconds_total 0\n"})
+    EXPECT_EQ(m.find(counter), std::string::npos) << counter << " in\n" << m;
+  EXPECT_NE(m.find("microllm:engine_step_seconds_total "), std::string::npos) << m;
   EXPECT_EQ(s.client.Get("/health")->status, 200);
   const auto again = s.post("/v1/completions", bodies[0]);
   ASSERT_TRUE(again && again->status == 200);

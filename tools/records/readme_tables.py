@@ -7,7 +7,8 @@ The README shows benchmark figures only between marker lines
 
 and every such block must equal what this tool generates from bench/records/. A record
 made with a dirty tree is never cited. For each case the newest clean record is used.
-Kinds: ops, train, tokenizer, generate (decode throughput, bench/generate/run_generate_bench.py).
+Kinds: ops, train, tokenizer, generate (decode throughput, bench/generate/run_generate_bench.py),
+serve (serving throughput, bench/serve/run_serve_bench.py).
 
     readme_tables.py --check [README.md]   exit 1 when a block differs from the records
     readme_tables.py --write [README.md]   rewrite the blocks
@@ -31,6 +32,7 @@ CASE_KEYS = {
     "train": lambda c: f"{Path(c['config']).parent.name} B{c['batch']} T{c['seq']}",
     "tokenizer": lambda c: c["tokenizer"],
     "generate": lambda c: c["case"],
+    "serve": lambda c: c["case"],
 }
 
 
@@ -131,10 +133,37 @@ def generate_table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def serve_table(records: list[dict]) -> str:
+    """Serving throughput per (model shape, concurrency), from run_serve_bench.py's records;
+    ratios > 1 mean the server is faster than the static-batch peer."""
+    lines = ["| model shape | concurrency | serve output tokens/s | microllm generate (static batch) | "
+             "serve / generate | HF generate | serve / HF | TTFT p50 / p99 | ITL p50 / p99 | "
+             "KV use (max) | preemptions | commit |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def num(value, spec):
+        return "—" if value is None else format(value, spec)
+
+    def ratio(value):
+        return "—" if value is None else f"{value:.2f}×"
+    for r in sorted(records, key=lambda r: (r["config"]["model"], r["config"]["concurrency"])):
+        c, d = r["config"], r["derived"]
+        lines.append(
+            f"| {c['model']} | {c['concurrency']} | {num(d.get('output_tokens_per_s'), ',.0f')} | "
+            f"{num(d.get('generate_tokens_per_s'), ',.0f')} | {ratio(d.get('ratio_vs_generate'))} | "
+            f"{num(d.get('hf_generate_tokens_per_s'), ',.0f')} | {ratio(d.get('ratio_vs_hf_generate'))} | "
+            f"{num(d.get('ttft_ms_p50'), ',.0f')} / {num(d.get('ttft_ms_p99'), ',.0f')} ms | "
+            f"{num(d.get('itl_ms_p50'), '.1f')} / {num(d.get('itl_ms_p99'), '.1f')} ms | "
+            f"{num(d.get('kv_cache_usage_max'), '.0%')} | {num(d.get('preemptions'), '.0f')} | "
+            f"`{r['git']['commit'][:7]}` |")
+    return "\n".join(lines)
+
+
 GENERATORS = {"ops": lambda: ops_table(load_records("ops")),
               "train": lambda: train_table(load_records("train")),
               "tokenizer": lambda: tokenizer_table(load_records("tokenizer")),
-              "generate": lambda: generate_table(load_records("generate"))}
+              "generate": lambda: generate_table(load_records("generate")),
+              "serve": lambda: serve_table(load_records("serve"))}
 BLOCK = re.compile(r"(<!-- records:(\w+):begin -->\n)(.*?)(<!-- records:\2:end -->)", re.S)
 
 

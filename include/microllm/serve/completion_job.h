@@ -50,6 +50,10 @@ class CompletionJob {
   // Each choice's whole text, log-probabilities and finish reason so far.
   const std::vector<ChoiceOutput>& totals() const { return totals_; }
   int64_t prompt_tokens() const { return static_cast<int64_t>(prompt_ids_.size()); }
+  // Seconds this request's threads spent building the prompt ids, and turning tokens into
+  // text (detokenizer, stop strings, logprobs) so far.
+  double tokenize_seconds() const { return tokenize_seconds_; }
+  double detokenize_seconds() const { return detokenize_seconds_; }
 
  private:
   struct Choice {
@@ -69,6 +73,7 @@ class CompletionJob {
   EngineLoop& loop_;
   bool with_logprobs_ = false;
   std::vector<int32_t> prompt_ids_;
+  double tokenize_seconds_ = 0.0, detokenize_seconds_ = 0.0;
   std::vector<Choice> choices_;
   std::vector<ChoiceOutput> totals_;
 };

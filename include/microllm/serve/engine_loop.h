@@ -64,6 +64,11 @@ class RequestStream {
 };
 
 // Counters the loop publishes after every step, readable from any thread.
+// Seconds of the steady clock since `t`.
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 struct LoopSnapshot {
   int64_t requests = 0;          // accepted and not finished (waiting or running)
   int64_t waiting = 0;           // of those, not yet admitted (or preempted)
@@ -73,6 +78,7 @@ struct LoopSnapshot {
   int64_t kv_blocks_total = 0;
   int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0, preemptions = 0;
   int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;  // tokens
+  double step_seconds = 0.0;                                // wall time inside Engine::step, summed
 };
 
 class EngineLoop {
@@ -126,6 +132,7 @@ class EngineLoop {
   LoopSnapshot snapshot_;
   std::atomic<bool> running_{true};
   std::map<int64_t, std::shared_ptr<RequestStream>> streams_;  // loop thread only
+  double step_seconds_ = 0.0;                                  // loop thread only
   std::thread thread_;
 };
 

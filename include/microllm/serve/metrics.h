@@ -29,18 +29,26 @@ class Histogram {
   double sum_ = 0.0;
 };
 
+// One finished request (any finish reason: "stop", "length", "abort", "error").
+struct FinishedRequest {
+  std::string finish_reason;
+  int64_t prompt_tokens = 0, generation_tokens = 0;
+  double queue_seconds = 0.0, first_token_seconds = -1.0, e2e_seconds = 0.0;  // −1: no token
+  // HTTP-thread work of the request, off the engine thread: building the prompt ids (chat
+  // template, tokenizer) and turning tokens into text (detokenizer, stop strings, logprobs).
+  double tokenize_seconds = 0.0, detokenize_seconds = 0.0;
+};
+
 class Metrics {
  public:
-  // One finished request (any finish reason: "stop", "length", "abort", "error").
-  void request_done(const std::string& finish_reason, int64_t prompt_tokens,
-                    int64_t generation_tokens, double queue_seconds, double first_token_seconds,
-                    double e2e_seconds);
+  void request_done(const FinishedRequest& r);
   void inter_token(double seconds);
   std::string render(const LoopSnapshot& loop) const;
 
  private:
   mutable std::mutex mutex_;
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0;
+  double tokenize_seconds_ = 0.0, detokenize_seconds_ = 0.0;
   std::map<std::string, int64_t> finished_;  // by finish reason
   Histogram ttft_, itl_, e2e_, queue_;
 };
