@@ -3,9 +3,9 @@
 transformers (`from_config`, BF16, `save_pretrained`), and a tokenizer.json that covers the
 shape's whole vocabulary. No Qwen tokenizer travels with the tree, so the tokenizer is the
 committed 1,024-id byte-level BPE fixture (tests/fixtures/models/qwen2-trained) with its
-vocabulary filled up to `vocab_size` by plain entries "Ġfill<id>" (decoded as " fill<id>"):
-every id a random-weight model samples has text, and text prompts still tokenize with the
-fixture's merges.
+vocabulary filled up to `vocab_size` by plain entries "Ġfill<id>" (decoded as " fill<id>")
+and its added token moved to the last id: every id a random-weight model samples has text,
+and text prompts still tokenize with the fixture's merges.
 
   make_serve_model.py --config tests/fixtures/configs/qwen2.5-0.5b/config.json --out DIR
   make_serve_model.py --config ... --out DIR --tokenizer-only   # no transformers needed
@@ -24,14 +24,24 @@ FIXTURE = REPO_ROOT / "tests" / "fixtures" / "models" / "qwen2-trained"
 
 
 def padded_tokenizer(vocab_size: int) -> dict:
-    """The fixture's tokenizer.json with plain vocabulary entries up to `vocab_size` ids."""
+    """The fixture's tokenizer.json with plain vocabulary entries up to `vocab_size` ids.
+    HF gives an added token whose content is not in the vocabulary the next id after the
+    model vocabulary (AddedVocabulary::add_tokens), so the fillers take the ids from the end
+    of the fixture's vocabulary on and the added tokens the last ones."""
     doc = json.loads((FIXTURE / "tokenizer.json").read_text(encoding="utf-8"))
-    taken = set(doc["model"]["vocab"].values()) | {t["id"] for t in doc["added_tokens"]}
-    if max(taken) >= vocab_size:
-        raise SystemExit(f"make_serve_model: vocab_size {vocab_size} is below the fixture's {max(taken) + 1} ids")
-    for i in range(vocab_size):
-        if i not in taken:
-            doc["model"]["vocab"][f"\u0120fill{i}"] = i
+    vocab = doc["model"]["vocab"]
+    added = doc["added_tokens"]
+    if sorted(vocab.values()) != list(range(len(vocab))):
+        raise SystemExit("make_serve_model: the fixture's vocabulary ids are not 0…n−1")
+    fills = vocab_size - len(vocab) - len(added)
+    if fills < 0:
+        raise SystemExit(f"make_serve_model: vocab_size {vocab_size} is below the fixture's "
+                         f"{len(vocab) + len(added)} ids")
+    first = len(vocab)
+    for i in range(first, first + fills):
+        vocab[f"\u0120fill{i}"] = i
+    for k, token in enumerate(added):
+        token["id"] = first + fills + k
     return doc
 
 

@@ -194,13 +194,13 @@ def table(records: list[dict[str, Any]]) -> str:
     for r in records:
         d = r["derived"]
         lines.append(
-            f"{r['config']['concurrency']:>4} {fmt(d['output_tokens_per_s'], ',.0f'):>11} "
+            f"{r['config']['concurrency']:>4} {fmt(d.get('output_tokens_per_s'), ',.0f'):>11} "
             f"{fmt(d.get('generate_tokens_per_s'), ',.0f'):>9} {fmt(d.get('ratio_vs_generate'), '.2f'):>6} "
             f"{fmt(d.get('hf_generate_tokens_per_s'), ',.0f'):>8} {fmt(d.get('ratio_vs_hf_generate'), '.2f'):>6} "
-            f"{fmt(d['ttft_ms_p50'], '.1f'):>8} {fmt(d['ttft_ms_p99'], '.1f'):>7} "
-            f"{fmt(d['itl_ms_p50'], '.2f'):>7} {fmt(d['itl_ms_p99'], '.2f'):>6} {fmt(d['tpot_ms_p50'], '.2f'):>8} "
-            f"{fmt(d['kv_cache_usage_max'], '.2f'):>6} {fmt(d['preemptions'], '.0f'):>7} "
-            f"{fmt(d['engine_busy_fraction'], '.2f'):>5} {fmt(d['detokenize_us_per_output_token'], '.1f'):>8}")
+            f"{fmt(d.get('ttft_ms_p50'), '.1f'):>8} {fmt(d.get('ttft_ms_p99'), '.1f'):>7} "
+            f"{fmt(d.get('itl_ms_p50'), '.2f'):>7} {fmt(d.get('itl_ms_p99'), '.2f'):>6} {fmt(d.get('tpot_ms_p50'), '.2f'):>8} "
+            f"{fmt(d.get('kv_cache_usage_max'), '.2f'):>6} {fmt(d.get('preemptions'), '.0f'):>7} "
+            f"{fmt(d.get('engine_busy_fraction'), '.2f'):>5} {fmt(d.get('detokenize_us_per_output_token'), '.1f'):>8}")
         bad = {k: v for k, v in r["errors"].items() if v}
         if bad:
             lines.append(f"    errors: {bad}")

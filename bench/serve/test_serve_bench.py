@@ -6,6 +6,7 @@ Needs the binaries (MICROLLM_CLI, MICROLLM_BENCH_SERVE, MICROLLM_BENCH_GENERATE)
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -88,6 +89,18 @@ def test_the_padded_tokenizer_names_every_id_once(tmp_path):
     doc = make_serve_model.padded_tokenizer(5000)
     ids = sorted(list(doc["model"]["vocab"].values()) + [t["id"] for t in doc["added_tokens"]])
     assert ids == list(range(5000))
-    assert doc["model"]["vocab"]["\u0120fill4999"] == 4999
+    assert doc["model"]["vocab"]["\u0120fill4998"] == 4998
+    assert doc["added_tokens"][0]["id"] == 4999  # HF's id for an added token not in the vocabulary
     with pytest.raises(SystemExit):
         make_serve_model.padded_tokenizer(100)  # below the fixture's own 1,024 ids
+    # microllm's tokenizer (HF's id rules) names every id of the padded file.
+    folder, vocab = tmp_path / "model", 1500
+    config = json.loads((FIXTURE / "config.json").read_text())
+    config["vocab_size"] = vocab
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert make_serve_model.main(["--config", str(tmp_path / "config.json"), "--out", str(folder),
+                                  "--tokenizer-only"]) == 0
+    done = subprocess.run([binary("MICROLLM_CLI"), "tokenizer", "decode", "--tokenizer", str(folder),
+                           "--ids", json.dumps(list(range(vocab)))], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip("\n").endswith(" fill1498<|endoftext|>")

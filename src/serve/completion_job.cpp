@@ -121,11 +121,14 @@ Usage CompletionJob::usage() const {
 
 TokenLogprob CompletionJob::logprob_of(const infer::TokenOutput& t) const {
   const io::Tokenizer& tok = *model_.tokenizer;
+  auto text_of = [&](int32_t id) {  // "" for an id outside the tokenizer (see TextStream)
+    return tok.has_token(id) ? tok.decode(std::vector<int32_t>{id}, /*skip_special_tokens=*/false)
+                             : std::string();
+  };
   TokenLogprob lp;
-  lp.token = tok.decode(std::vector<int32_t>{t.token}, /*skip_special_tokens=*/false);
+  lp.token = text_of(t.token);
   lp.logprob = t.logprob;
-  for (const auto& [id, value] : t.top_logprobs)
-    lp.top.emplace_back(tok.decode(std::vector<int32_t>{id}, false), value);
+  for (const auto& [id, value] : t.top_logprobs) lp.top.emplace_back(text_of(id), value);
   return lp;
 }
 

@@ -141,6 +141,11 @@ void HttpServer::Impl::completion(Endpoint endpoint, const httplib::Request& req
       send_error(res, e.error());
       metrics.request_done(finished(*job, "error", ttft));
       return;
+    } catch (const std::exception& e) {
+      job->abort();
+      send_error(res, ApiError::server(500, e.what()));
+      metrics.request_done(finished(*job, "error", ttft));
+      return;
     }
     res.set_content(response_json(endpoint, header, job->totals(), job->usage()),
                     "application/json");
@@ -210,6 +215,12 @@ void HttpServer::Impl::completion(Endpoint endpoint, const httplib::Request& req
       return true;
     } catch (const ApiException& e) {  // the engine failed mid-stream
       write(error_event(e.error()));
+      sink.done();
+      end("error");
+      return true;
+    } catch (const std::exception& e) {  // nothing may escape a content provider
+      job->abort();
+      write(error_event(ApiError::server(500, e.what())));
       sink.done();
       end("error");
       return true;

@@ -28,7 +28,9 @@ size_t prefix_tail(std::string_view text, std::string_view stop) {
 
 TextStream::TextStream(const io::Tokenizer& tokenizer, std::vector<std::string> stop_strings,
                        bool skip_special_tokens)
-    : decoder_(tokenizer, skip_special_tokens), stop_strings_(std::move(stop_strings)) {
+    : tokenizer_(tokenizer),
+      decoder_(tokenizer, skip_special_tokens),
+      stop_strings_(std::move(stop_strings)) {
   for (size_t i = 0; i < stop_strings_.size(); ++i) {
     MICROLLM_CHECK(!stop_strings_[i].empty(), kOp, "stop string ", i, " is empty");
     MICROLLM_CHECK(io::is_valid_utf8(stop_strings_[i]), kOp, "stop string ", i,
@@ -62,7 +64,7 @@ std::string TextStream::advance(std::string text, bool final) {
 
 std::string TextStream::push(int32_t id) {
   MICROLLM_CHECK(!finished_, kOp, "push after finish()");
-  if (stopped()) return {};
+  if (stopped() || !tokenizer_.has_token(id)) return {};
   return advance(decoder_.push(id), /*final=*/false);
 }
 

@@ -155,6 +155,22 @@ TEST(TextStream, SpecialTokensAreSkippedByDefault) {
   EXPECT_TRUE(keep.stopped());
 }
 
+// A model's LM head is often wider than its tokenizer (Qwen2.5: 151,936 rows, 151,665
+// tokens): an id with no token adds no text, as HF's decode skips it, and never throws.
+TEST(TextStream, IdsWithoutATokenAddNoText) {
+  const io::Tokenizer t = tiny_tokenizer({});
+  ASSERT_EQ(t.vocab_size(), 256);
+  EXPECT_FALSE(t.has_token(256));
+  EXPECT_FALSE(t.has_token(-1));
+  EXPECT_TRUE(t.has_token(255));
+  TextStream s(t, {"ab"});
+  EXPECT_EQ(pieces(s, Ids{'x', 256, 1 << 20, 'y'}), (std::vector<std::string>{"x", "", "", "y"}));
+  EXPECT_EQ(s.push('a'), "");  // held: it may start "ab"
+  EXPECT_EQ(s.push(300), "");  // no text: "a" is still held, the stop string still matches
+  EXPECT_EQ(s.push('b'), "");
+  EXPECT_TRUE(s.stopped());
+}
+
 TEST(TextStream, BadStopStringsAreErrors) {
   const io::Tokenizer t = tiny_tokenizer({});
   EXPECT_TRUE(throws_error(

@@ -83,6 +83,7 @@ class Tokenizer {
   std::optional<int32_t> token_to_id(std::string_view token) const;  // added tokens first
   const std::string& id_to_token(int32_t id) const;                  // throws on an unknown id
   bool is_special(int32_t id) const;                                 // false for unknown ids
+  bool has_token(int32_t id) const;  // the id names a token (model vocabulary or added)
   const std::vector<AddedToken>& added_tokens() const;
   const TokenizerConfig& config() const;
   const std::string& source() const;  // the file (or name) it was loaded from

@@ -31,6 +31,8 @@ class TextStream {
              bool skip_special_tokens = true);
 
   // The text of `id` that is safe to emit now (possibly empty); "" once stopped().
+  // An id the tokenizer has no token for (a model's LM head is often wider than its
+  // vocabulary) adds no text, as HF's decode skips it.
   std::string push(int32_t id);
   // What was held back (none once stopped()); the stream is then done.
   std::string finish();
@@ -45,6 +47,7 @@ class TextStream {
   // Emits what is safe of held_ + text, finding a completed stop string first.
   std::string advance(std::string text, bool final);
 
+  const io::Tokenizer& tokenizer_;
   io::StreamingDecoder decoder_;
   std::vector<std::string> stop_strings_;
   std::string held_;  // text received, not yet emitted

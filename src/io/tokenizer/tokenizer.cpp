@@ -114,6 +114,10 @@ bool Tokenizer::is_special(int32_t id) const {
   return id >= 0 && static_cast<size_t>(id) < impl_->special.size() && impl_->special[id];
 }
 
+bool Tokenizer::has_token(int32_t id) const {
+  return id >= 0 && static_cast<size_t>(id) < impl_->known.size() && impl_->known[id];
+}
+
 const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added_tokens; }
 const TokenizerConfig& Tokenizer::config() const { return impl_->config; }
 const std::string& Tokenizer::source() const { return impl_->source; }
