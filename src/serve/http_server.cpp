@@ -165,67 +165,68 @@ void HttpServer::Impl::completion(Endpoint endpoint, const httplib::Request& req
   };
   auto state = std::make_shared<StreamState>();
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [this, job, state, header, endpoint,
-                                                         include_usage, arrived, queued, timeout,
-                                                         timed_out, finish_of, finished](
-                                                            size_t, httplib::DataSink& sink) {
-    auto write = [&](const std::string& event) { return sink.write(event.data(), event.size()); };
-    auto end = [&](const std::string& finish) {
-      state->finished = true;
-      metrics.request_done(finished(*job, finish, state->ttft));
-      log(header, job->usage(), state->ttft, seconds_since(arrived), finish);
-    };
-    if (state->finished) return false;
-    if (!sink.is_writable()) {  // the client left
-      job->abort();
-      end("abort");
-      return false;
-    }
-    try {
-      std::vector<ChoiceOutput> pieces = job->poll(kPoll);
-      if (state->started.empty()) state->started.assign(job->totals().size(), false);
-      for (ChoiceOutput& piece : pieces) {
-        const auto i = static_cast<size_t>(piece.index);
-        const bool first = !state->started[i];
-        const bool empty = piece.text.empty() && !piece.finish_reason && piece.logprobs.empty();
-        if (empty && !first) continue;  // held back by a possible stop string
-        if (!write(chunk_event(endpoint, header, piece, first, include_usage))) {
+  res.set_chunked_content_provider(
+      "text/event-stream", [this, job, state, header, endpoint, include_usage, arrived, timeout,
+                            timed_out, finish_of, finished](size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& event) {
+          return sink.write(event.data(), event.size());
+        };
+        auto end = [&](const std::string& finish) {
+          state->finished = true;
+          metrics.request_done(finished(*job, finish, state->ttft));
+          log(header, job->usage(), state->ttft, seconds_since(arrived), finish);
+        };
+        if (state->finished) return false;
+        if (!sink.is_writable()) {  // the client left
           job->abort();
           end("abort");
           return false;
         }
-        state->started[i] = true;
-        if (state->ttft < 0.0) state->ttft = seconds_since(arrived);
-        metrics.inter_token(std::chrono::duration<double>(Clock::now() - state->last).count());
-        state->last = Clock::now();
-      }
-      if (timed_out() && !job->done()) {
-        job->abort();
-        write(error_event(timed_out_error(timeout)));
-        sink.done();
-        end("abort");
-        return true;
-      }
-      if (job->done()) {
-        if (include_usage) write(usage_event(endpoint, header, job->usage()));
-        write(done_event());
-        sink.done();
-        end(finish_of(*job));
-      }
-      return true;
-    } catch (const ApiException& e) {  // the engine failed mid-stream
-      write(error_event(e.error()));
-      sink.done();
-      end("error");
-      return true;
-    } catch (const std::exception& e) {  // nothing may escape a content provider
-      job->abort();
-      write(error_event(ApiError::server(500, e.what())));
-      sink.done();
-      end("error");
-      return true;
-    }
-  });
+        try {
+          std::vector<ChoiceOutput> pieces = job->poll(kPoll);
+          if (state->started.empty()) state->started.assign(job->totals().size(), false);
+          for (ChoiceOutput& piece : pieces) {
+            const auto i = static_cast<size_t>(piece.index);
+            const bool first = !state->started[i];
+            const bool empty = piece.text.empty() && !piece.finish_reason && piece.logprobs.empty();
+            if (empty && !first) continue;  // held back by a possible stop string
+            if (!write(chunk_event(endpoint, header, piece, first, include_usage))) {
+              job->abort();
+              end("abort");
+              return false;
+            }
+            state->started[i] = true;
+            if (state->ttft < 0.0) state->ttft = seconds_since(arrived);
+            metrics.inter_token(std::chrono::duration<double>(Clock::now() - state->last).count());
+            state->last = Clock::now();
+          }
+          if (timed_out() && !job->done()) {
+            job->abort();
+            write(error_event(timed_out_error(timeout)));
+            sink.done();
+            end("abort");
+            return true;
+          }
+          if (job->done()) {
+            if (include_usage) write(usage_event(endpoint, header, job->usage()));
+            write(done_event());
+            sink.done();
+            end(finish_of(*job));
+          }
+          return true;
+        } catch (const ApiException& e) {  // the engine failed mid-stream
+          write(error_event(e.error()));
+          sink.done();
+          end("error");
+          return true;
+        } catch (const std::exception& e) {  // nothing may escape a content provider
+          job->abort();
+          write(error_event(ApiError::server(500, e.what())));
+          sink.done();
+          end("error");
+          return true;
+        }
+      });
 }
 
 HttpServer::HttpServer(ServerOptions options) : impl_(std::make_unique<Impl>()) {
