@@ -110,6 +110,9 @@ Command add_serve_command(CLI::App& parent) {
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", c->server.max_body_bytes, "largest request body accepted")
       ->capture_default_str();
+  cmd->add_option("--max-header-bytes", c->server.max_header_bytes,
+                  "largest request headers accepted (names + values)")
+      ->capture_default_str();
   return {cmd, [c] { return run_serve(*c); }};
 }
 

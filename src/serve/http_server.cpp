@@ -235,6 +235,17 @@ HttpServer::HttpServer(ServerOptions options) : impl_(std::make_unique<Impl>()) 
   const int threads = s.options.threads;
   s.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s.http.set_payload_max_length(s.options.max_body_bytes);
+  s.http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
+    size_t bytes = 0;
+    for (const auto& [name, value] : req.headers) bytes += name.size() + value.size();
+    if (bytes <= s.options.max_header_bytes) return httplib::Server::HandlerResponse::Unhandled;
+    ApiError e;
+    e.status = 431;
+    e.message = "the request's headers hold " + std::to_string(bytes) +
+                " bytes; this server accepts at most " + std::to_string(s.options.max_header_bytes);
+    send_error(res, e);
+    return httplib::Server::HandlerResponse::Handled;
+  });
   s.http.set_keep_alive_max_count(1000);
   // Errors httplib produces itself (404 route, 413 body) get OpenAI's error body too.
   s.http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {

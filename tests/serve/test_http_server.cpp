@@ -144,6 +144,29 @@ TEST(HttpServer, BadRequestsGetErrorsBeforeAnyStream) {
   EXPECT_EQ(json::parse(bad_id->body)["error"]["param"], "prompt");
 }
 
+// Header limits: one line over cpp-httplib's 8 KiB is a 400, headers over max_header_bytes
+// (64 KiB) in all a 431, both with OpenAI's error body; the server answers on afterwards.
+TEST(HttpServer, OversizedHeadersAreRefused) {
+  Served s;
+  s.attach();
+  const std::string body = R"({"model": "tiny", "prompt": "x", "max_tokens": 1})";
+  httplib::Headers one_long{{"X-Long", std::string(10000, 'a')}};
+  const auto long_line = s.client.Post("/v1/completions", one_long, body, "application/json");
+  ASSERT_TRUE(long_line);
+  EXPECT_EQ(long_line->status, 400);
+  EXPECT_EQ(json::parse(long_line->body)["error"]["type"], "invalid_request_error");
+  httplib::Headers many;
+  for (int i = 0; i < 20; ++i) many.emplace("X-Part-" + std::to_string(i), std::string(4000, 'b'));
+  const auto too_many = s.client.Post("/v1/completions", many, body, "application/json");
+  ASSERT_TRUE(too_many);
+  EXPECT_EQ(too_many->status, 431);
+  EXPECT_NE(json::parse(too_many->body)["error"]["message"].get<std::string>().find("65536"),
+            std::string::npos);
+  const auto fine = s.client.Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(fine);
+  EXPECT_EQ(fine->status, 200);
+}
+
 TEST(HttpServer, AClientThatLeavesMidStreamFreesItsRequest) {
   Served s(/*stop_on_eos=*/false);
   s.attach();

@@ -19,8 +19,11 @@ namespace microllm::serve {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;                       // 0: a free port the system picks
-  size_t max_body_bytes = 8u << 20;      // larger bodies get 413
+  int port = 8000;                   // 0: a free port the system picks
+  size_t max_body_bytes = 8u << 20;  // larger bodies get 413
+  // The request's headers (names + values) larger than this get 431; one header line over
+  // 8 KiB is a 400 already (cpp-httplib's compiled line limit).
+  size_t max_header_bytes = 64u << 10;
   int threads = 512;                     // connections served at once
   int listen_backlog = 1024;             // connections waiting to be accepted
   double request_timeout_seconds = 0.0;  // > 0: a request running longer is ended

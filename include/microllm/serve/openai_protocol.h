@@ -27,7 +27,7 @@ namespace microllm::serve {
 
 // An error as OpenAI returns it. `param` and `code` are null in the body when empty.
 struct ApiError {
-  int status = 400;                            // HTTP status: 400, 404, 413, 500, 503
+  int status = 400;                            // HTTP status: 400, 404, 408, 413, 431, 500, 503
   std::string message;                         // what was expected, what was found, where
   std::string type = "invalid_request_error";  // or "not_found_error", "server_error"
   std::string param;                           // the offending field ("messages[1].content")
