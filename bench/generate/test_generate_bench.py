@@ -106,7 +106,8 @@ def test_one_record_per_case_with_both_peers_and_ratios_in_the_faster_direction(
         assert d["ttft_ms_ratio_vs_hf_generate"] == pytest.approx((C / 100 + 1.5) * 4 / (C / 100 + 2))
         assert d["microllm_host_ms_per_step"] == 0.5
         assert r["metrics"]["ttft_ms"]["static_compiled"]["values"] == [(C / 100 + k + 1) * 2 for k in range(3)]
-        assert r["memory"]["microllm"] == {"peak_memory_bytes": 2**30 * B, "kv_bytes": 1000 * B * C}
+        assert r["memory"]["microllm"] == {"peak_memory_bytes": 2**30 * B, "kv_bytes": 1000 * B * C,
+                                           "decode_bytes_per_step": None}
         assert r["memory"]["static_compiled"]["kv_bytes"] == 2000 * B * C
         assert r["kernels_per_step"] == 7 and r["checks"]["static_compiled.hf_prefix_agreement"] == 0.9
         assert r["errors"] == {"microllm": None, "static_compiled": None, "hf_generate": None}
@@ -118,8 +119,8 @@ def test_one_record_per_case_with_both_peers_and_ratios_in_the_faster_direction(
                    "torch-qwen2.5-0.5b.json"]
     lines = out.strip().splitlines()
     assert lines[-1].startswith("decode tokens/s medians; ratio = microllm / peer")
-    row = next(l for l in lines if l.startswith("qwen2.5-0.5b") and l.split()[1:3] == ["8", "512"])
-    assert row.split()[3:6] == ["801", "400", "2.00"]
+    row = next(l for l in lines if l.startswith("qwen2.5-0.5b") and l.split()[2:4] == ["8", "512"])
+    assert row.split()[1] == "graphs" and row.split()[4:7] == ["801", "400", "2.00"]
 
 
 def test_a_failed_case_is_recorded_without_samples_and_fails_the_run(bench_run):
@@ -142,12 +143,12 @@ def test_readme_table_of_generate_records(bench_run):
     rc, recs, _ = bench_run()
     assert rc == 0
     rows = readme_tables.generate_table(readme_tables.load_records("generate", bench_run.tmp / "records")).splitlines()
-    assert rows[0].startswith("| model shape | batch | context | new tokens | microllm tokens/s |")
+    assert rows[0].startswith("| model shape | batch | context | new tokens | decode | microllm tokens/s |")
     # Sorted by batch then context as numbers; ratios from the records.
     assert [r.split(" | ")[1:3] for r in rows[2:]] == [["1", "8"], ["1", "512"], ["8", "8"], ["8", "512"]]
     # TTFT medians: microllm 512/100 + 1 + 1 = 7.12 ms, the static peer twice that.
-    assert rows[-1] == ("| qwen2.5-0.5b | 8 | 512 | 16 | 801 | 400 | 2.00× | 200 | 4.00× | 7.1 / 14.2 ms | "
-                        "8.00 GiB | `c0ffee0` |")
+    assert rows[-1] == ("| qwen2.5-0.5b | 8 | 512 | 16 | graphs | 801 | 400 | 2.00× | 200 | 4.00× | 7.1 / 14.2 ms | "
+                        "0.500 | 7 | 8.00 GiB | `c0ffee0` |")
 
 
 def test_readme_generate_block_is_rendered_from_the_records():
