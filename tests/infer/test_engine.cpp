@@ -336,7 +336,7 @@ TEST(Engine, PrefixCacheHitsGiveTheTokensOfAWholePrefill) {
   const ModelConfig c = tiny_config(model::Family::Qwen2);
   auto w = std::make_shared<const ModelWeights>(
       ModelWeights::random(c, Device::cpu(), DType::F32, 61, 0.3));
-  const std::vector<int32_t> system = random_ids(37, c.vocab_size, 70);
+  const std::vector<int32_t> system = random_ids(40, c.vocab_size, 70);  // prefixes of 30…38
   std::vector<std::vector<int32_t>> prompts;
   for (uint64_t i = 0; i < 5; ++i) {
     std::vector<int32_t> p(system.begin(), system.begin() + 30 + static_cast<int64_t>(i) * 2);
