@@ -5,6 +5,8 @@
 #include <numbers>
 #include <vector>
 
+#include "microllm/core/hash.h"
+
 namespace microllm {
 namespace {
 size_t checked_numel(const Shape& shape, const char* op) {
@@ -15,10 +17,7 @@ size_t checked_numel(const Shape& shape, const char* op) {
 // Draw number `counter` (1, 2, ...) of `seed`: the SplitMix64 finalizer applied to
 // seed + counter·golden ratio (Steele et al. 2014).
 uint64_t draw_at(uint64_t seed, uint64_t counter) {
-  uint64_t z = seed + counter * 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  return splitmix64_mix(seed + counter * 0x9e3779b97f4a7c15ull);
 }
 
 double uniform_of(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }

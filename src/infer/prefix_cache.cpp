@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "microllm/core/error.h"
+#include "microllm/core/hash.h"
 
 namespace microllm::infer {
 namespace {
@@ -12,14 +13,7 @@ constexpr const char* kOp = "prefix cache";
 constexpr uint64_t kRootKey = 0x6D6963726F6C6C6Dull;  // key(−1)
 constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
 
-// The splitmix64 finalizer: a bijection of 64-bit words with full avalanche.
-uint64_t mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+constexpr auto mix = splitmix64_mix;
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 
 #include "components.h"
 #include "microllm/core/error.h"
+#include "microllm/core/hash.h"
 
 namespace microllm::io::tokenizer_detail {
 namespace {
@@ -20,14 +21,7 @@ uint64_t pack(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
 
-// splitmix64's finalizer: spreads the packed ids over the table.
-uint64_t mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+constexpr auto mix = splitmix64_mix;  // spreads the packed ids over the table
 
 }  // namespace
 

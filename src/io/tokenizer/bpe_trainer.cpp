@@ -20,6 +20,7 @@
 
 #include "components.h"
 #include "microllm/core/error.h"
+#include "microllm/core/hash.h"
 
 namespace microllm::io {
 namespace {
@@ -36,13 +37,7 @@ int32_t right_of(uint64_t pair) { return static_cast<int32_t>(pair & 0xFFFFFFFFu
 
 // splitmix64's finalizer: packed pairs of small ids hash badly with the identity.
 struct PairHash {
-  size_t operator()(uint64_t x) const {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    return static_cast<size_t>(x ^ (x >> 31));
-  }
+  size_t operator()(uint64_t x) const { return static_cast<size_t>(splitmix64_mix(x)); }
 };
 
 struct Word {
