@@ -38,7 +38,14 @@ std::string escape_line(const std::string& text) {
   return out;
 }
 
-int run_chat(const ChatCli& cli) {
+int run_chat(ChatCli& cli) {
+  resolve_model_folder(cli.flags, "chat");
+  if (cli.flags.default_model)
+    std::fprintf(stderr,
+                 "chat: the default model (%s) is a small base model trained on the Brown "
+                 "corpus: it continues the conversation as text in the style of its corpus; it "
+                 "was not trained to follow instructions or answer questions\n",
+                 cli.flags.model.c_str());
   const GenerationModel m = load_generation_model(cli.flags);
   MICROLLM_CHECK(m.tokenizer.has_value(), "chat", "the model folder '", cli.flags.model,
                  "' has no tokenizer.json; chat needs a tokenizer and a chat template");

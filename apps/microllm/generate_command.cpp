@@ -92,7 +92,8 @@ json logprobs_json(const Completion& c) {
   return tokens;
 }
 
-int run_generate(const GenerateCli& cli) {
+int run_generate(GenerateCli& cli) {
+  resolve_model_folder(cli.flags, "generate");
   const GenerationModel m = load_generation_model(cli.flags);
   const std::vector<std::vector<int32_t>> prompts = read_prompts(cli, m);
   const infer::SamplingParams params = sampling_params(cli.flags, m);

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -15,9 +16,31 @@
 
 namespace microllm::app {
 
+std::string default_model_folder() { return MICROLLM_DEFAULT_MODEL_DIR; }
+
+void resolve_model_folder(GenerationFlags& f, const char* command) {
+  f.default_model = false;
+  if (!f.model.empty()) return;
+  const char* env = std::getenv("MICROLLM_MODEL");
+  if (env != nullptr && *env != '\0') {
+    f.model = env;
+    return;
+  }
+  f.model = default_model_folder();
+  f.default_model = true;
+  MICROLLM_CHECK(std::filesystem::exists(std::filesystem::path(f.model) / "config.json"), command,
+                 "no --model given and MICROLLM_MODEL is unset, so the default model was "
+                 "expected at '",
+                 f.model,
+                 "', which holds no config.json (models/ of the source tree this "
+                 "microllm was built from); pass --model DIR");
+}
+
 void add_model_options(CLI::App& cmd, GenerationFlags& f) {
-  cmd.add_option("--model", f.model, "Hugging Face style folder (config.json + safetensors)")
-      ->required();
+  cmd.add_option("--model", f.model,
+                 "Hugging Face style folder (config.json + safetensors); default: "
+                 "$MICROLLM_MODEL, else the default model " +
+                     default_model_folder());
   cmd.add_option("--device", f.device, "cpu or cuda[:N]")->capture_default_str();
   cmd.add_option("--dtype", f.dtype, "compute dtype: f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}))

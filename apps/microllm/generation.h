@@ -28,6 +28,7 @@ struct GenerationModel {
 // Flags shared by generate and chat. Unset optionals keep the folder's defaults.
 struct GenerationFlags {
   std::string model, device = "cpu", dtype = "f32", kv_dtype;
+  bool default_model = false;  // set by resolve_model_folder: no --model, no MICROLLM_MODEL
   double kv_memory_gib = 0.0;
   std::optional<int64_t> max_new_tokens;
   int64_t block_size = 16;
@@ -42,6 +43,12 @@ struct GenerationFlags {
   bool no_cuda_graphs = false;
   bool no_prefix_caching = false;
 };
+
+// The folder of the default model (models/microllm-brown of the source tree, compiled in).
+std::string default_model_folder();
+// Fills flags.model when --model was not given: $MICROLLM_MODEL when set and non-empty, else
+// the default model. Error (naming `command`) when the default model's folder is missing.
+void resolve_model_folder(GenerationFlags& flags, const char* command);
 
 // The model folder and engine flags (--model, --device, --dtype, --kv-dtype, --kv-memory,
 // --block-size, --prefill-chunk, --no-cuda-graphs, --no-prefix-caching), shared by generate, chat

@@ -28,6 +28,7 @@ volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
 
 int run_serve(ServeCli& cli) {
+  resolve_model_folder(cli.flags, "serve");
   MICROLLM_CHECK(cli.server.port >= 0 && cli.server.port <= 65535, "serve",
                  "--port must be in [0, 65535], found ", cli.server.port);
   MICROLLM_CHECK(cli.max_num_seqs >= 1, "serve", "--max-num-seqs must be ≥ 1, found ",

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -26,6 +27,7 @@ namespace {
 
 struct TrainCli {
   std::string config, data, val, out, init_from, resume, device = "cpu", dtype = "f32";
+  std::string metrics;  // JSON lines: one per logged step and per validation pass
   train::TrainOptions options;
   int64_t log_every = 10, eval_every = 0, eval_batches = 4, checkpoint_every = 0;
   bool no_overlap = false, distributed = false;
@@ -147,6 +149,17 @@ int run_train_rank(TrainCli& cli, const train::DistributedEnv& env, bool distrib
     std::printf("%7s %10s %11s %10s %12s\n", "step", "loss", "lr", "grad norm", "tokens/s");
   }
   const std::string out = cli.out.empty() ? cli.resume : cli.out;
+  // --metrics: appended to when resuming, so one file holds the whole run's curve.
+  std::ofstream metrics;
+  if (lead && !cli.metrics.empty()) {
+    metrics.open(cli.metrics, cli.resume.empty() ? std::ios::trunc : std::ios::app);
+    MICROLLM_CHECK(metrics.good(), "train", "cannot write --metrics file '", cli.metrics, "'");
+  }
+  const auto write_metrics = [&](const nlohmann::ordered_json& line) {
+    if (!metrics.is_open()) return;
+    metrics << line.dump() << "\n";
+    metrics.flush();
+  };
   std::vector<train::StepStats> history;
   while (trainer.step() < o.steps) {
     const train::StepStats s = trainer.train_step(data);
@@ -154,9 +167,16 @@ int run_train_rank(TrainCli& cli, const train::DistributedEnv& env, bool distrib
     if (lead && (s.step == 1 || s.step % cli.log_every == 0 || s.step == o.steps))
       std::printf("%7lld %10.4f %11.3e %10.4f %12.0f\n", static_cast<long long>(s.step), s.loss,
                   s.lr, s.grad_norm, static_cast<double>(s.tokens) / s.seconds);
+    write_metrics({{"step", s.step},
+                   {"loss", s.loss},
+                   {"lr", s.lr},
+                   {"grad_norm", s.grad_norm},
+                   {"tokens", s.tokens},
+                   {"seconds", s.seconds}});
     if (has_val && cli.eval_every > 0 && s.step % cli.eval_every == 0) {
       const double loss = trainer.evaluate(val, cli.eval_batches);
       if (lead) std::printf("        val loss %.4f, perplexity %.3f\n", loss, std::exp(loss));
+      write_metrics({{"step", s.step}, {"val_loss", loss}});
     }
     if (!out.empty() && cli.checkpoint_every > 0 && s.step % cli.checkpoint_every == 0)
       trainer.save_checkpoint(out);
@@ -166,6 +186,7 @@ int run_train_rank(TrainCli& cli, const train::DistributedEnv& env, bool distrib
   if (has_val) {
     const double loss = trainer.evaluate(val, cli.eval_batches);
     if (lead) std::printf("final val loss %.4f, perplexity %.3f\n", loss, std::exp(loss));
+    write_metrics({{"step", trainer.step()}, {"val_loss", loss}, {"final", true}});
   }
   if (!out.empty()) {
     trainer.save_checkpoint(out);
@@ -280,6 +301,9 @@ Command add_train_command(CLI::App& parent) {
   cmd->add_option("--eval-batches", c->eval_batches, "validation batches")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option("--metrics", c->metrics,
+                  "JSON-lines file: step, loss, lr, grad norm, tokens and seconds per logged step; "
+                  "val_loss per validation pass (appended to with --resume)");
   cmd->add_option("--checkpoint-every", c->checkpoint_every,
                   "steps between checkpoints (0: end only)")
       ->capture_default_str();
