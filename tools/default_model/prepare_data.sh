@@ -3,6 +3,8 @@
 #   1. tools/data/prepare_corpus.py: the Brown corpus → train / validation / test text and
 #      manifest.json (docs/corpus.md);
 #   2. `microllm tokenizer train`: byte-level BPE, 8,192 ids, on the train split only;
+#      tokenizer_config.json gains the plain ChatML chat template (for `microllm chat`) and
+#      model_max_length 1024;
 #   3. `microllm tokenize`: each split → SPLIT.bin (+ .bin.json with its SHA-256).
 # Every step is deterministic: two runs write identical bytes.
 #
@@ -25,6 +27,19 @@ fi
 "$M" tokenizer train --vocab-size 8192 --regex qwen2 \
   --special-tokens "<|endoftext|>,<|im_start|>,<|im_end|>" --eos-token "<|endoftext|>" \
   --out "$OUT/tokenizer" --overwrite "$OUT/text/train.txt"
+/usr/bin/python3 - "$OUT/tokenizer/tokenizer_config.json" <<'PY'
+import json, sys
+path = sys.argv[1]
+config = json.load(open(path, encoding="utf-8"))
+config["chat_template"] = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}")
+config["model_max_length"] = 1024
+with open(path, "w", encoding="utf-8") as f:
+    json.dump(config, f, indent=2, ensure_ascii=False)
+    f.write("\n")
+PY
 for split in train validation test; do
   "$M" tokenize --tokenizer "$OUT/tokenizer" --out "$OUT/$split.bin" "$OUT/text/$split.txt"
 done
