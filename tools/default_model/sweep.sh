@@ -5,7 +5,7 @@
 # committed model's command, so that their identities can be compared.
 #
 #   tools/default_model/sweep.sh DATA OUT
-# Runs: NAME = CONFIG STEPS LR (config "6x256" is config.json; "8x384" is the same with
+# SWEEP_RUNS="final-a final-b" runs only those. Runs: NAME = CONFIG STEPS LR (config "6x256" is config.json; "8x384" is the same with
 # 8 layers, hidden 384, 6 heads, FFN 1024).
 set -uo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 DATA OUT" >&2; exit 2; }
@@ -20,14 +20,21 @@ c.update(num_hidden_layers=8, max_window_layers=8, hidden_size=384, num_attentio
 json.dump(c, open(sys.argv[2], "w"), indent=2)
 PY
 runs=(
-  "final-a 6x256 1200 2e-3"
-  "final-b 6x256 1200 2e-3"
+  "final-a 6x256 1200 1e-3"
+  "final-b 6x256 1200 1e-3"
+  "lr2e-3 6x256 1200 2e-3"
   "long 6x256 2400 2e-3"
   "short 6x256 600 2e-3"
-  "lr1e-3 6x256 1200 1e-3"
   "wide 8x384 1200 1.5e-3"
 )
 pids=()
+if [ -n "${SWEEP_RUNS:-}" ]; then
+  chosen=()
+  for r in "${runs[@]}"; do
+    [[ " $SWEEP_RUNS " == *" ${r%% *} "* ]] && chosen+=("$r")
+  done
+  runs=("${chosen[@]}")
+fi
 for r in "${runs[@]}"; do
   read -r name config steps lr <<<"$r"
   cfg=$HERE/config.json

@@ -13,7 +13,7 @@ DATA=$1 OUT=$2
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 M=${MICROLLM:-$ROOT/build/cuda-release/apps/microllm/microllm}
 CONFIG=${CONFIG:-$ROOT/tools/default_model/config.json}
-STEPS=${STEPS:-1200} LR=${LR:-2e-3} BATCH=${BATCH:-32} SEQ=${SEQ:-256} SEED=${SEED:-1234}
+STEPS=${STEPS:-1200} LR=${LR:-1e-3} BATCH=${BATCH:-32} SEQ=${SEQ:-256} SEED=${SEED:-1234}
 DEVICE=${DEVICE:-cuda} DTYPE=${DTYPE:-bf16}
 [ ! -e "$OUT/run" ] || { echo "train: $OUT/run exists; choose a new OUT" >&2; exit 1; }
 mkdir -p "$OUT"
