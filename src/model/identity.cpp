@@ -1,8 +1,9 @@
 // The identity hash (microllm/model/identity.h). Every part enters the hash as a labelled,
 // length-prefixed field, "LABEL LENGTH\n" + bytes + "\n", so that no two different inputs
 // can produce the same byte stream:
-//   "microllm-model-identity-v1\n"
-//   field("config", ModelConfig::to_json() dumped compactly with sorted keys)
+//   "microllm-model-identity-v2\n"
+//   field("config", ModelConfig::to_json() without torch_dtype, dumped compactly with sorted
+//                   keys; the tensors' own dtypes are hashed below)
 //   field("tokenizer.json", parsed and dumped the same way)          or field("tokenizer.json", "")
 //   field("tokenizer_config.json", the same)                         or an empty field
 //   per tensor in name order: field("tensor", name), field("dtype", safetensors dtype name),
@@ -57,9 +58,11 @@ ModelIdentity model_identity(const std::string& dir) {
                  fs::exists(dir) ? "a file" : "nothing", " at '", dir, "'");
   ModelIdentity id;
   io::Sha256 h;
-  const std::string magic = "microllm-model-identity-v1\n";
+  const std::string magic = "microllm-model-identity-v2\n";
   h.update(magic.data(), magic.size());
-  field(h, "config", ModelConfig::load(dir).to_json().dump());
+  nlohmann::json config = ModelConfig::load(dir).to_json();
+  config.erase("torch_dtype");
+  field(h, "config", config.dump());
   const std::string tokenizer = canonical_json_file(fs::path(dir) / "tokenizer.json");
   id.has_tokenizer = !tokenizer.empty();
   field(h, "tokenizer.json", tokenizer);

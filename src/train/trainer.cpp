@@ -290,7 +290,10 @@ void Trainer::save_model(const std::string& dir) const {
     io::NamedTensors named;
     for (const auto& [name, p] : model_->parameters()) named.emplace_back(name, p.detach());
     io::save_safetensors((fs::path(dir) / "model.safetensors").string(), named, {{"format", "pt"}});
-    write_text(fs::path(dir) / "config.json", model_->config().to_json().dump(2) + "\n");
+    // torch_dtype names the dtype the weights are saved in (transformers' "auto" loads them so).
+    nlohmann::json config = model_->config().to_json();
+    config["torch_dtype"] = options_.dtype == DType::BF16 ? "bfloat16" : "float32";
+    write_text(fs::path(dir) / "config.json", config.dump(2) + "\n");
   }
   if (comm_) comm_->barrier();
 }
