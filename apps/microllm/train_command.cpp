@@ -27,7 +27,7 @@ namespace {
 
 struct TrainCli {
   std::string config, data, val, out, init_from, resume, device = "cpu", dtype = "f32";
-  std::string metrics;  // JSON lines: one per logged step and per validation pass
+  std::string metrics;  // JSON lines: one per step and one per validation pass
   train::TrainOptions options;
   int64_t log_every = 10, eval_every = 0, eval_batches = 4, checkpoint_every = 0;
   bool no_overlap = false, distributed = false;
@@ -302,7 +302,7 @@ Command add_train_command(CLI::App& parent) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--metrics", c->metrics,
-                  "JSON-lines file: step, loss, lr, grad norm, tokens and seconds per logged step; "
+                  "JSON-lines file: step, loss, lr, grad norm, tokens and seconds of every step; "
                   "val_loss per validation pass (appended to with --resume)");
   cmd->add_option("--checkpoint-every", c->checkpoint_every,
                   "steps between checkpoints (0: end only)")

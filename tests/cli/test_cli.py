@@ -106,12 +106,26 @@ def test_tokenize_train_resume_eval_forward(tmp_path):
     run_dir = tmp_path / "run"
     common = ["--data", data, "--batch", 4, "--seq", 32, "--lr", 1e-2, "--seed", 3, "--log-every", 5,
               "--device", DEVICE]
-    log = run("train", "--config", config, "--steps", 20, "--val", data, "--out", run_dir, *common).stdout
-    losses = [float(l.split()[1]) for l in log.splitlines() if l.strip() and l.split()[0].isdigit()]
+    metrics = tmp_path / "metrics.jsonl"
+    log = run("train", "--config", config, "--steps", 20, "--val", data, "--out", run_dir, "--metrics", metrics,
+              *common).stdout
+    logged = {int(l.split()[0]): float(l.split()[1]) for l in log.splitlines() if l.strip() and l.split()[0].isdigit()}
+    losses = list(logged.values())
     assert losses[-1] < losses[0] - 1.0, log  # a repetitive text is learned quickly
     assert (run_dir / "model.safetensors").exists() and (run_dir / "checkpoint" / "trainer_state.json").exists()
-    log = run("train", "--resume", run_dir, "--steps", 25, *common).stdout
+    assert json.loads((run_dir / "config.json").read_text())["torch_dtype"] == "float32"  # F32 weights
+    # --metrics: every step's loss (the printed ones agree to the printed digits) and the final validation.
+    lines = [json.loads(l) for l in metrics.read_text().splitlines()]
+    steps = [m for m in lines if "loss" in m]
+    assert [m["step"] for m in steps] == list(range(1, 21))
+    for m in steps:
+        if m["step"] in logged:
+            assert round(m["loss"], 4) == pytest.approx(logged[m["step"]], abs=1e-4)
+    assert lines[-1]["step"] == 20 and lines[-1]["final"] is True and lines[-1]["val_loss"] > 0
+    log = run("train", "--resume", run_dir, "--steps", 25, "--metrics", metrics, *common).stdout
     assert "resumed from" in log and "at step 20" in log
+    lines = [json.loads(l) for l in metrics.read_text().splitlines()]  # appended, not replaced
+    assert [m["step"] for m in lines if "loss" in m] == list(range(1, 26))
 
     j = json.loads(run("eval", "--model", run_dir, "--data", data, "--seq", 32, "--json", "--device", DEVICE).stdout)
     assert j["perplexity"] == pytest.approx(np.exp(j["loss"]))
