@@ -285,6 +285,11 @@ Command add_train_command(CLI::App& parent) {
   cmd->add_option("--momentum", o.sgd.momentum, "SGD momentum")->capture_default_str();
   cmd->add_option("--grad-clip", o.grad_clip, "global-norm clip (0: off)")->capture_default_str();
   cmd->add_option("--seed", o.seed, "seed for parameters and data order")->capture_default_str();
+  cmd->add_option("--loss-chunk", o.loss_chunk,
+                  "rows of the LM head and loss computed at a time, so the whole (batch·seq, "
+                  "vocab) logits never exist (0: the whole logits)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--device", c->device, "cpu or cuda[:N]")->capture_default_str();
   cmd->add_option("--dtype", c->dtype, "f32 or bf16 (mixed precision, F32 master weights)")
       ->check(CLI::IsMember({"f32", "bf16"}))

@@ -79,8 +79,16 @@ Tensor Transformer::lm_head_weight() const {
   return param(config_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
 }
 
-Tensor Transformer::forward(const Tensor& ids, const Tensor& positions_in,
+Tensor Transformer::forward(const Tensor& ids, const Tensor& positions,
                             const Observer& observe) const {
+  const Tensor h = hidden(ids, positions, observe);  // (B, T, C)
+  Tensor logits = ops::linear(h, lm_head_weight());  // (B, T, V)
+  if (observe) observe("logits", logits);
+  return logits;
+}
+
+Tensor Transformer::hidden(const Tensor& ids, const Tensor& positions_in,
+                           const Observer& observe) const {
   MICROLLM_CHECK(ids.defined() && ids.dim() == 2, "Transformer::forward",
                  "ids must be (B, T), found ", ids.describe());
   MICROLLM_CHECK(ids.device() == device_, "Transformer::forward", "ids ", ids.describe(),
@@ -159,9 +167,7 @@ Tensor Transformer::forward(const Tensor& ids, const Tensor& positions_in,
     emit(n + "output", x);
   }
   emit("final_norm", h);
-  Tensor logits = ops::linear(h, lm_head_weight());  // (B, T, V)
-  emit("logits", logits);
-  return logits;
+  return h;
 }
 
 Tensor Transformer::next_token_loss(const Tensor& logits, const Tensor& ids) {

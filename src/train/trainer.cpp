@@ -107,6 +107,20 @@ void Trainer::zero_grad() {
   if (!zero_) optimizer_->zero_grad();  // ZeRO-1 keeps its shard gradients attached
 }
 
+Tensor Trainer::mean_loss(const Tensor& inputs, const Tensor& targets) const {
+  const int64_t rows = inputs.size(0) * inputs.size(1);
+  // The loss is F32 whatever the compute dtype (the kernel accumulates in F32 anyway).
+  if (options_.loss_chunk > 0) {
+    const Tensor h = model_->hidden(inputs);  // (B, T, C)
+    return ops::linear_cross_entropy(h.reshape({rows, -1}), model_->lm_head_weight(),
+                                     targets.reshape({-1}), -100, DType::F32,
+                                     options_.loss_chunk);  // ()
+  }
+  const Tensor logits = model_->forward(inputs);  // (B, T, V)
+  return ops::cross_entropy(logits.reshape({rows, -1}), targets.reshape({-1}), -100,
+                            DType::F32);  // ()
+}
+
 StepStats Trainer::train_step(const TokenFile& data) {
   const TrainOptions& o = options_;
   const auto start = std::chrono::steady_clock::now();
@@ -123,11 +137,7 @@ StepStats Trainer::train_step(const TokenFile& data) {
         sample_windows(data.tokens, o.seq, o.seed, first, o.batch, o.device);  // (B, T+1)
     const Tensor inputs = windows.narrow(1, 0, o.seq).contiguous();            // (B, T)
     const Tensor targets = windows.narrow(1, 1, o.seq).contiguous();           // (B, T)
-    const Tensor logits = model_->forward(inputs);                             // (B, T, V)
-    // The loss is F32 whatever the compute dtype (the kernel accumulates in F32 anyway).
-    const Tensor loss =
-        ops::cross_entropy(logits.reshape({o.batch * o.seq, -1}), targets.reshape({-1}), -100,
-                           DType::F32);  // ()
+    const Tensor loss = mean_loss(inputs, targets);                            // ()
     timer_.mark(Stage::Forward);
     // Each micro-batch contributes 1/k of the mean, so k micro-batches equal one k× batch.
     ops::scale(loss, 1.0 / static_cast<double>(o.grad_accum)).backward();
@@ -174,11 +184,9 @@ double Trainer::evaluate(const TokenFile& data, int64_t batches) {
     // (B, T+1)
     const Tensor windows =
         sample_windows(data.tokens, o.seq, o.seed ^ 0x5eed5eedull, b * o.batch, o.batch, o.device);
-    const Tensor logits = model_->forward(windows.narrow(1, 0, o.seq).contiguous());  // (B, T, V)
-    total +=
-        ops::cross_entropy(logits.reshape({o.batch * o.seq, -1}),
-                           windows.narrow(1, 1, o.seq).contiguous().reshape({-1}), -100, DType::F32)
-            .item();
+    total += mean_loss(windows.narrow(1, 0, o.seq).contiguous(),
+                       windows.narrow(1, 1, o.seq).contiguous())
+                 .item();
   }
   return total / static_cast<double>(batches);
 }

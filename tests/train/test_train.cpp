@@ -210,6 +210,36 @@ TEST(Trainer, TinyModelLearnsADeterministicCycle) {
   fs::remove_all(dir);
 }
 
+TEST(Trainer, ChunkedLossTrainsLikeTheWholeLogits) {
+  const fs::path dir = temp_dir("chunked");
+  const int64_t vocab = 32;
+  Generator gen(11);
+  std::vector<uint32_t> tokens(2000);
+  for (uint32_t& t : tokens) t = static_cast<uint32_t>(gen.next_u64() % vocab);
+  train::write_token_file((dir / "data.bin").string(), tokens, vocab);
+  const train::TokenFile data = train::load_token_file((dir / "data.bin").string(), vocab);
+  train::TrainOptions o;
+  o.steps = 4;
+  o.batch = 3;
+  o.seq = 12;
+  o.lr = 1e-2;
+  o.seed = 5;
+  train::Trainer whole(tiny_config(vocab), o);
+  o.loss_chunk = 5;  // 36 rows in chunks of 5, the last one of 1
+  train::Trainer chunked(tiny_config(vocab), o);
+  for (int i = 0; i < 4; ++i) {
+    const double a = whole.train_step(data).loss, b = chunked.train_step(data).loss;
+    EXPECT_NEAR(a, b, 1e-5 * a) << "step " << i + 1;
+  }
+  EXPECT_NEAR(whole.evaluate(data, 2), chunked.evaluate(data, 2), 1e-5);
+  for (const auto& [name, p] : whole.model().parameters()) {
+    const std::vector<double> x = p.to_vector_f64(),
+                              y = chunked.model().parameters().at(name).to_vector_f64();
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], y[i], 1e-5) << name << " " << i;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Trainer, GradientAccumulationEqualsOneLargerBatch) {
   const fs::path dir = temp_dir("accum");
   const int64_t vocab = 32;

@@ -56,6 +56,12 @@ class Transformer {
   // positions (T) or (B, T): defaults to 0..T-1.
   Tensor forward(const Tensor& ids, const Tensor& positions = Tensor(),
                  const Observer& observer = nullptr) const;
+  // The same up to the final norm: (B, T, C), what the LM head multiplies (forward =
+  // linear(hidden, lm_head_weight())). For losses that never form the whole logits.
+  Tensor hidden(const Tensor& ids, const Tensor& positions = Tensor(),
+                const Observer& observer = nullptr) const;
+  // The LM head (V, C): lm_head.weight, or the embedding when tied.
+  Tensor lm_head_weight() const;
 
   // Mean next-token cross-entropy of `logits` (B, T, V) for `ids` (B, T): the label of
   // position t is ids[t+1] (the last position has none), as Hugging Face computes it;
@@ -66,7 +72,6 @@ class Transformer {
   struct Uninitialized {};
   Transformer(ModelConfig config, Device device, DType dtype, Uninitialized, bool allocate = true);
   const Tensor& param(const std::string& name) const;
-  Tensor lm_head_weight() const;
 
   ModelConfig config_;
   Device device_;

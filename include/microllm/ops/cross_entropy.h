@@ -17,3 +17,19 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
                      DType loss_dtype);
 
 }  // namespace microllm::ops
+
+namespace microllm::ops {
+
+// The LM head and its loss without the whole logits matrix (DESIGN §8): the mean cross-entropy
+// of logits = hidden · weightᵀ against `targets`, computed `chunk_rows` rows at a time, so that
+// at most (chunk_rows, V) logits (and, in backward, their gradient) exist at once. Backward
+// recomputes each chunk's logits from hidden and weight. Equals
+// cross_entropy(linear(hidden, weight), targets, ignore_index, loss_dtype) within the dtype's
+// contract: the loss is summed chunk by chunk and weight's gradient accumulates the chunks in
+// F32 (F64 for F64), rounded to weight's dtype once.
+// hidden (N, C) floating; weight (V, C) same dtype and device; targets (N) I32/I64 in [0, V) or
+// ignore_index; chunk_rows ≥ 1 → shape () in loss_dtype.
+Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets,
+                            int64_t ignore_index, DType loss_dtype, int64_t chunk_rows);
+
+}  // namespace microllm::ops

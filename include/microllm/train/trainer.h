@@ -38,7 +38,10 @@ struct TrainOptions {
   double grad_clip = 1.0;  // global L2 norm; ≤ 0 disables
   uint64_t seed = 0;       // parameters and data order
   Device device = Device::cpu();
-  DType dtype = DType::F32;           // model compute dtype (F32 or BF16)
+  DType dtype = DType::F32;  // model compute dtype (F32 or BF16)
+  // Rows of the LM head + loss per chunk (ops::linear_cross_entropy): at most
+  // (loss_chunk, V) logits exist at once. 0: the whole (B·T, V) logits (the reference path).
+  int64_t loss_chunk = 0;
   DataParallelOptions data_parallel;  // used when the trainer gets a communicator
 };
 
@@ -104,6 +107,9 @@ class Trainer {
  private:
   void zero_grad();
   void reset_masters_from_parameters();
+  // Mean next-token loss () F32 of inputs (B, T) against targets (B, T): the whole logits,
+  // or chunked when options_.loss_chunk > 0.
+  Tensor mean_loss(const Tensor& inputs, const Tensor& targets) const;
 
   TrainOptions options_;
   std::shared_ptr<Communicator> comm_;
