@@ -21,6 +21,9 @@
 #if MICROLLM_WITH_NCCL
 #include "microllm/train/distributed/nccl_communicator.h"
 #endif
+#if MICROLLM_WITH_CUDA
+#include "microllm/cuda/allocator.h"
+#endif
 
 namespace microllm::app {
 namespace {
@@ -183,6 +186,14 @@ int run_train_rank(TrainCli& cli, const train::DistributedEnv& env, bool distrib
     std::fflush(stdout);
   }
   print_stage_summary(history, comm.get());
+#if MICROLLM_WITH_CUDA
+  if (lead && o.device.is_cuda()) {
+    const cuda::AllocatorStats stats = cuda::allocator_stats(o.device);
+    std::printf("peak device memory: %lld bytes allocated, %lld bytes reserved\n",
+                static_cast<long long>(stats.peak_allocated_bytes),
+                static_cast<long long>(stats.peak_reserved_bytes));
+  }
+#endif
   if (has_val) {
     const double loss = trainer.evaluate(val, cli.eval_batches);
     if (lead) std::printf("final val loss %.4f, perplexity %.3f\n", loss, std::exp(loss));

@@ -15,6 +15,7 @@ derived from the medians.
 import argparse
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,8 @@ def main() -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--records-dir", default=str(record.DEFAULT_RECORDS_DIR))
     p.add_argument("--no-peer", action="store_true")
+    p.add_argument("--loss-chunk", type=int, default=0,
+                   help="microllm train --loss-chunk (0: the whole logits)")
     args = p.parse_args()
     cfg = json.loads(Path(args.config).read_text())
     with tempfile.TemporaryDirectory() as tmp:
@@ -55,6 +58,8 @@ def main() -> int:
                 "--steps", str(args.warmup + args.steps), "--batch", str(args.batch), "--seq", str(args.seq),
                 "--lr", "1e-4", "--warmup", "2", "--device", args.device, "--dtype", "bf16", "--log-every", "1",
                 "--out", str(Path(tmp) / "run")]
+        if args.loss_chunk:
+            argv += ["--loss-chunk", str(args.loss_chunk)]
         proc = subprocess.run(argv, capture_output=True, text=True)
         sys.stdout.write(proc.stdout[-3000:])
         if proc.returncode != 0:
@@ -67,6 +72,7 @@ def main() -> int:
     if not seconds:
         sys.stderr.write("run_train_bench: no step lines in the output of microllm train\n")
         return 1
+    peak = re.search(r"^peak device memory: (\d+) bytes allocated", proc.stdout, re.M)
     peer = None
     versions = {}
     if not args.no_peer:
@@ -83,12 +89,18 @@ def main() -> int:
     config = {"model": cfg.get("model_type"), "config": args.config, "batch": args.batch, "seq": args.seq,
               "dtype": "bf16 compute, f32 master", "optimizer": "adamw", "warmup_steps": args.warmup,
               "timed_steps": args.steps, "tokens_per_step": tokens}
+    if args.loss_chunk:
+        config["loss_chunk"] = args.loss_chunk
     rec = record.make_record("train", config, seconds, "s", peer=peer, versions=versions,
                              host=record.host_info(), extra={"derived": {
                                  "microllm_tokens_per_s": tokens / record.summarize(seconds)["median"],
                                  "peer_tokens_per_s": tokens / record.summarize(peer["samples"])["median"] if peer else None,
+                                 "microllm_peak_bytes": int(peak.group(1)) if peak else None,
                                  "peer_peak_bytes": result["peak_bytes"] if peer else None}})
-    path = record.write_record(rec, f"{cfg.get('model_type')}-b{args.batch}-t{args.seq}", args.records_dir)
+    name = f"{cfg.get('model_type')}-b{args.batch}-t{args.seq}"
+    if args.loss_chunk:
+        name += f"-lc{args.loss_chunk}"
+    path = record.write_record(rec, name, args.records_dir)
     d = rec["derived"]
     print(f"train_bench: microllm {d['microllm_tokens_per_s']:.0f} tokens/s, PyTorch "
           f"{d['peer_tokens_per_s'] or float('nan'):.0f} tokens/s, ratio (PyTorch/microllm step time) "

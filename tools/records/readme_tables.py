@@ -29,7 +29,8 @@ RECORDS = REPO_ROOT / "bench" / "records"
 # What names a case in each kind's records (the newest clean record per case is shown).
 CASE_KEYS = {
     "ops": lambda c: c["case"],
-    "train": lambda c: f"{Path(c['config']).parent.name} B{c['batch']} T{c['seq']}",
+    "train": lambda c: f"{Path(c['config']).parent.name} B{c['batch']} T{c['seq']}"
+                       + (f" loss chunk {c['loss_chunk']}" if c.get("loss_chunk") else ""),
     "tokenizer": lambda c: c["tokenizer"],
     "generate": lambda c: c["case"],
     "serve": lambda c: c["case"],
