@@ -301,6 +301,13 @@ Command add_train_command(CLI::App& parent) {
                   "vocab) logits never exist (0: the whole logits)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--attention",
+         [&o](const std::string& name) { o.attention = ops::parse_attention_backend(name); },
+         "attention kernel: auto (flash on CUDA in bf16 for head dims 64 and 128), flash or "
+         "reference (the materialized kernel)")
+      ->check(CLI::IsMember({"auto", "flash", "reference"}))
+      ->default_str("auto");
   cmd->add_option("--device", c->device, "cpu or cuda[:N]")->capture_default_str();
   cmd->add_option("--dtype", c->dtype, "f32 or bf16 (mixed precision, F32 master weights)")
       ->check(CLI::IsMember({"f32", "bf16"}))

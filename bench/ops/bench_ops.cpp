@@ -204,14 +204,16 @@ Case softmax_case(RandomSource& rng, int64_t R, int64_t C, DType dtype) {
   return c;
 }
 
-Case attention_case(RandomSource& rng, int64_t B, bool backward) {
-  constexpr int64_t H = 14, Hkv = 2, T = 1024, D = 64;
+// Causal GQA attention at (B, H, Hkv, T, D), through ops::attention's default backend.
+Case attention_case(RandomSource& rng, int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D,
+                    bool backward) {
   const double es = 2.0;
   const double q_elems = double(B * H * T * D), kv_elems = double(B * Hkv * T * D);
   const double forward_flops = 2.0 * double(B) * H * double(T) * double(T) * D;
   Case c;
   c.name = std::string(backward ? "attention_fwdbwd" : "attention_fwd") + "_bf16_b" +
-           std::to_string(B) + "_h14_kv2_t1024_d64";
+           std::to_string(B) + "_h" + std::to_string(H) + "_kv" + std::to_string(Hkv) + "_t" +
+           std::to_string(T) + "_d" + std::to_string(D);
   c.family = backward ? "attention_fwdbwd" : "attention_fwd";
   c.dtype = "bf16";
   c.shape = {{"B", B}, {"H", H}, {"Hkv", Hkv}, {"T", T}, {"D", D}, {"causal", true}};
@@ -219,7 +221,7 @@ Case attention_case(RandomSource& rng, int64_t B, bool backward) {
   c.ceiling = kBf16GemmTFlops;
   c.ceiling_name = "bf16_gemm_tflops";
   c.needs_grad = backward;
-  c.notes = "ops::attention (current reference kernel, saves P (B,H,T,T) in F32)";
+  c.notes = "ops::attention, default backend (flash: tensor-core tiles, saves the log-sum-exp)";
   if (!backward) {
     c.input_bytes = es * (q_elems + 2 * kv_elems);
     c.bytes = c.input_bytes + es * q_elems;
@@ -236,7 +238,7 @@ Case attention_case(RandomSource& rng, int64_t B, bool backward) {
         "dO read; o, dq, dk, dv written); flops = 7·B·H·T²·D (forward 2·B·H·T²·D, "
         "backward 2.5× forward, as FlashAttention counts)";
   }
-  c.setup = [&rng, B, backward](int sets) {
+  c.setup = [&rng, B, H, Hkv, T, D, backward](int sets) {
     std::vector<Tensor> q, k, v, dout;
     for (int i = 0; i < sets; ++i) {
       q.push_back(rng.normal({B, H, T, D}, DType::BF16));    // (B, H, T, D)
@@ -385,8 +387,10 @@ std::vector<Case> all_cases(RandomSource& rng, const Options& options) {
       rms_norm_case(rng, M, C, DType::F32),
       softmax_case(rng, M, 4096, DType::BF16),
       softmax_case(rng, M, 4096, DType::F32),
-      attention_case(rng, options.attention_batch, false),
-      attention_case(rng, options.attention_batch, true),
+      attention_case(rng, options.attention_batch, 14, 2, 1024, 64, false),
+      attention_case(rng, options.attention_batch, 14, 2, 1024, 64, true),
+      attention_case(rng, 4, 16, 8, 2048, 128, false),
+      attention_case(rng, 4, 16, 8, 2048, 128, true),
       add_case(rng, 8192, 8192, DType::BF16),
       add_case(rng, 8192, 8192, DType::F32),
       swiglu_case(rng, M, F),

@@ -141,8 +141,8 @@ def softmax_case(rng, R, C, dt) -> Case:
         bound="memory", ceiling=COPY_TBPS, ceiling_name="copy_tbps", setup=setup)
 
 
-def attention_case(rng, B, backward, gqa) -> Case:
-    H, Hkv, T, D = 14, 2, 1024, 64
+def attention_case(rng, B, H, Hkv, T, D, backward, gqa) -> Case:
+    """Causal GQA attention at (B, H, Hkv, T, D)."""
     es = 2.0
     q_elems, kv_elems = B * H * T * D, B * Hkv * T * D
     forward_flops = 2.0 * B * H * T * T * D
@@ -191,7 +191,7 @@ def attention_case(rng, B, backward, gqa) -> Case:
              "F.scaled_dot_product_attention(is_causal=True) after repeat_interleave of K and V "
              "inside the timed call")
     return Case(
-        name=f"{family}_bf16_b{B}_h14_kv2_t1024_d64", family=family, dtype="bf16",
+        name=f"{family}_bf16_b{B}_h{H}_kv{Hkv}_t{T}_d{D}", family=family, dtype="bf16",
         shape={"B": B, "H": H, "Hkv": Hkv, "T": T, "D": D, "causal": True},
         input_bytes=input_bytes, bytes=total, flops=flops, formula=formula, bound="compute",
         ceiling=BF16_GEMM_TFLOPS, ceiling_name="bf16_gemm_tflops", setup=setup,
@@ -282,8 +282,10 @@ def all_cases(rng, args) -> list[Case]:
         rms_norm_case(rng, M, C, "f32", args.rms_norm),
         softmax_case(rng, M, 4096, "bf16"),
         softmax_case(rng, M, 4096, "f32"),
-        attention_case(rng, args.attention_batch, False, args.gqa),
-        attention_case(rng, args.attention_batch, True, args.gqa),
+        attention_case(rng, args.attention_batch, 14, 2, 1024, 64, False, args.gqa),
+        attention_case(rng, args.attention_batch, 14, 2, 1024, 64, True, args.gqa),
+        attention_case(rng, 4, 16, 8, 2048, 128, False, args.gqa),
+        attention_case(rng, 4, 16, 8, 2048, 128, True, args.gqa),
         add_case(rng, 8192, 8192, "bf16"),
         add_case(rng, 8192, 8192, "f32"),
         swiglu_case(rng, M, Fw),

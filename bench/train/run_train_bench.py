@@ -49,6 +49,10 @@ def main() -> int:
     p.add_argument("--no-peer", action="store_true")
     p.add_argument("--loss-chunk", type=int, default=0,
                    help="microllm train --loss-chunk (0: the whole logits)")
+    p.add_argument("--attention", choices=["auto", "flash", "reference"], default="auto",
+                   help="microllm train --attention (auto: flash on CUDA in bf16)")
+    p.add_argument("--no-compile-peer", action="store_true",
+                   help="skip the torch.compile peer (it compiles for about a minute)")
     args = p.parse_args()
     cfg = json.loads(Path(args.config).read_text())
     with tempfile.TemporaryDirectory() as tmp:
@@ -60,6 +64,8 @@ def main() -> int:
                 "--out", str(Path(tmp) / "run")]
         if args.loss_chunk:
             argv += ["--loss-chunk", str(args.loss_chunk)]
+        if args.attention != "auto":
+            argv += ["--attention", args.attention]
         proc = subprocess.run(argv, capture_output=True, text=True)
         sys.stdout.write(proc.stdout[-3000:])
         if proc.returncode != 0:
@@ -75,35 +81,57 @@ def main() -> int:
     peak = re.search(r"^peak device memory: (\d+) bytes allocated", proc.stdout, re.M)
     peer = None
     versions = {}
-    if not args.no_peer:
+    compiled = None
+
+    def torch_step(extra):
         torch_proc = subprocess.run([sys.executable, str(REPO / "bench" / "train" / "torch_train_step.py"),
                                      "--config", args.config, "--batch", str(args.batch), "--seq", str(args.seq),
-                                     "--steps", str(args.steps), "--warmup", str(args.warmup)],
+                                     "--steps", str(args.steps), "--warmup", str(args.warmup)] + extra,
                                     capture_output=True, text=True)
         if torch_proc.returncode != 0:
             sys.stderr.write(torch_proc.stderr[-3000:])
+            return None
+        return json.loads(torch_proc.stdout.strip().splitlines()[-1])
+
+    if not args.no_peer:
+        result = torch_step([])
+        if result is None:
             return 1
-        result = json.loads(torch_proc.stdout.strip().splitlines()[-1])
         peer = {"name": "pytorch eager (F32 master, BF16 autocast, SDPA, fused AdamW)", "samples": result["seconds"]}
         versions = {"torch": result["torch"], "transformers": result["transformers"]}
+        if not args.no_compile_peer:
+            compiled = torch_step(["--compile"])
+            if compiled is None:
+                return 1
     config = {"model": cfg.get("model_type"), "config": args.config, "batch": args.batch, "seq": args.seq,
               "dtype": "bf16 compute, f32 master", "optimizer": "adamw", "warmup_steps": args.warmup,
               "timed_steps": args.steps, "tokens_per_step": tokens}
     if args.loss_chunk:
         config["loss_chunk"] = args.loss_chunk
+    if args.attention != "auto":
+        config["attention"] = args.attention
     rec = record.make_record("train", config, seconds, "s", peer=peer, versions=versions,
                              host=record.host_info(), extra={"derived": {
                                  "microllm_tokens_per_s": tokens / record.summarize(seconds)["median"],
                                  "peer_tokens_per_s": tokens / record.summarize(peer["samples"])["median"] if peer else None,
                                  "microllm_peak_bytes": int(peak.group(1)) if peak else None,
-                                 "peer_peak_bytes": result["peak_bytes"] if peer else None}})
+                                 "peer_peak_bytes": result["peak_bytes"] if peer else None,
+                                 "compiled_peer": None if compiled is None else {
+                                     "name": "pytorch torch.compile (the same step, compiled model)",
+                                     "samples": compiled["seconds"],
+                                     "median": record.summarize(compiled["seconds"])["median"],
+                                     "tokens_per_s": tokens / record.summarize(compiled["seconds"])["median"],
+                                     "peak_bytes": compiled["peak_bytes"]}}})
     name = f"{cfg.get('model_type')}-b{args.batch}-t{args.seq}"
     if args.loss_chunk:
         name += f"-lc{args.loss_chunk}"
+    if args.attention != "auto":
+        name += f"-{args.attention}"
     path = record.write_record(rec, name, args.records_dir)
     d = rec["derived"]
-    print(f"train_bench: microllm {d['microllm_tokens_per_s']:.0f} tokens/s, PyTorch "
-          f"{d['peer_tokens_per_s'] or float('nan'):.0f} tokens/s, ratio (PyTorch/microllm step time) "
+    compiled_rate = d["compiled_peer"]["tokens_per_s"] if d.get("compiled_peer") else float("nan")
+    print(f"train_bench: microllm {d['microllm_tokens_per_s']:.0f} tokens/s, PyTorch eager "
+          f"{d['peer_tokens_per_s'] or float('nan'):.0f} tokens/s, torch.compile {compiled_rate:.0f} tokens/s, ratio (PyTorch/microllm step time) "
           f"{(rec.get('ratio_of_medians') or {}).get('value')}; record {path}")
     return 0
 

@@ -105,8 +105,12 @@ Tensor Transformer::hidden(const Tensor& ids, const Tensor& positions_in,
       positions_in.defined() ? positions_in : Tensor::arange(T, DType::I64, device_);
   ops::AttentionOptions attention_options;
   attention_options.causal = true;
-  attention_options.q_positions = positions.dim() == 1 ? positions : Tensor();
-  attention_options.k_positions = positions.dim() == 1 ? positions : Tensor();
+  attention_options.backend = attention_backend_;
+  // Without given positions attention takes its defaults (0..T-1), which let the flash
+  // kernels skip the tiles above the causal diagonal.
+  const bool explicit_positions = positions_in.defined() && positions_in.dim() == 1;
+  attention_options.q_positions = explicit_positions ? positions_in : Tensor();
+  attention_options.k_positions = explicit_positions ? positions_in : Tensor();
 
   Tensor x = ops::embedding(param("model.embed_tokens.weight"), ids);  // (B, T, C)
   emit("embedding", x);

@@ -24,6 +24,7 @@
 #include "microllm/core/random.h"
 #include "microllm/model/config.h"
 #include "microllm/model/weights.h"
+#include "microllm/ops/attention.h"
 
 namespace microllm::model {
 
@@ -63,6 +64,11 @@ class Transformer {
   // The LM head (V, C): lm_head.weight, or the embedding when tied.
   Tensor lm_head_weight() const;
 
+  // The attention kernel forward uses (ops::AttentionBackend; Auto by default: flash on
+  // CUDA in BF16/F16 for head dims 64 and 128, the reference kernel elsewhere).
+  void set_attention_backend(ops::AttentionBackend backend) { attention_backend_ = backend; }
+  ops::AttentionBackend attention_backend() const { return attention_backend_; }
+
   // Mean next-token cross-entropy of `logits` (B, T, V) for `ids` (B, T): the label of
   // position t is ids[t+1] (the last position has none), as Hugging Face computes it;
   // an F32 scalar for F32, BF16 and F16 logits (F64 for F64).
@@ -78,6 +84,7 @@ class Transformer {
   DType dtype_;
   std::map<std::string, Tensor> parameters_;
   Tensor inv_freq_;  // (D/2) F32 on the device
+  ops::AttentionBackend attention_backend_ = ops::AttentionBackend::Auto;
 };
 
 }  // namespace microllm::model

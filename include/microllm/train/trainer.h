@@ -42,6 +42,9 @@ struct TrainOptions {
   // Rows of the LM head + loss per chunk (ops::linear_cross_entropy): at most
   // (loss_chunk, V) logits exist at once. 0: the whole (B·T, V) logits (the reference path).
   int64_t loss_chunk = 0;
+  // The attention kernel (Auto: flash on CUDA in BF16 for head dims 64 and 128; Reference:
+  // the materialized kernel everywhere).
+  ops::AttentionBackend attention = ops::AttentionBackend::Auto;
   DataParallelOptions data_parallel;  // used when the trainer gets a communicator
 };
 

@@ -29,6 +29,19 @@ void attention_forward_cuda(const AttentionShape& s, const Tensor& q, const Tens
 void attention_backward_cuda(const AttentionShape& s, const Tensor& q, const Tensor& k,
                              const Tensor& v, const Tensor& probs, const Tensor& dout,
                              const Tensor& dq, const Tensor& dk, const Tensor& dv);
+
+// Flash attention (bf16/f16, D 64 or 128): q, out (B,H,T,D), k/v (B,Hkv,S,D) dense; lse
+// (B,H,T) f32 saved for backward (log2 domain, +inf for a query without visible keys).
+// q_pos (T) and k_pos (S) dense I64, or both undefined for the default positions (key j at
+// j, query t at t + S − T), which let causal masks skip whole tiles.
+void flash_attention_forward_cuda(const AttentionShape& s, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& q_pos, const Tensor& k_pos,
+                                  const Tensor& out, const Tensor& lse);
+// dq (B,H,T,D), dk/dv (B,Hkv,S,D), all overwritten; no atomics, so deterministic.
+void flash_attention_backward_cuda(const AttentionShape& s, const Tensor& q, const Tensor& k,
+                                   const Tensor& v, const Tensor& out, const Tensor& lse,
+                                   const Tensor& dout, const Tensor& q_pos, const Tensor& k_pos,
+                                   const Tensor& dq, const Tensor& dk, const Tensor& dv);
 #endif
 
 }  // namespace microllm::ops

@@ -216,3 +216,25 @@ TEST(BadInput, Attention) {
   EXPECT_ERROR(ops::attention(f32({1, 1, 2, 4}), f32({1, 1, 2, 4}), f32({1, 1, 2, 4}), options),
                "attention", {"k_positions", "i64(1, 2)"});
 }
+
+TEST(BadInput, AttentionBackend) {
+  ops::AttentionOptions flash;
+  flash.backend = ops::AttentionBackend::Flash;
+  EXPECT_ERROR(ops::attention(f32({1, 2, 4, 64}), f32({1, 2, 4, 64}), f32({1, 2, 4, 64}), flash),
+               "attention", {"flash backend runs on CUDA only", "f32(1, 2, 4, 64)"});
+  EXPECT_EQ(ops::parse_attention_backend("auto"), ops::AttentionBackend::Auto);
+  EXPECT_EQ(ops::parse_attention_backend("flash"), ops::AttentionBackend::Flash);
+  EXPECT_EQ(ops::parse_attention_backend("reference"), ops::AttentionBackend::Reference);
+  for (auto b : {ops::AttentionBackend::Auto, ops::AttentionBackend::Flash,
+                 ops::AttentionBackend::Reference})
+    EXPECT_EQ(ops::parse_attention_backend(ops::attention_backend_name(b)), b);
+  EXPECT_ERROR(ops::parse_attention_backend("fast"), "attention",
+               {"auto, reference or flash", "'fast'"});
+  // On the CPU, Auto is the reference kernel: the same values as asking for it.
+  const Tensor q = randn_tensor({1, 2, 5, 64}, 1), k = randn_tensor({1, 1, 5, 64}, 2),
+               v = randn_tensor({1, 1, 5, 64}, 3);
+  ops::AttentionOptions reference;
+  reference.backend = ops::AttentionBackend::Reference;
+  EXPECT_TRUE(
+      all_close(ops::attention(q, k, v), ops::attention(q, k, v, reference).to_vector_f64(), 0));
+}

@@ -1,0 +1,74 @@
+// What the flash attention kernels share: the shape they read, the mask, and which tiles of
+// one side a tile of the other side has to visit.
+//
+// Scores live in the log2 domain: s₂ = q·k · scale · log₂e, so that exp2 replaces exp, and
+// the saved statistic per query row is lse₂ = m₂ + log₂ Σ exp2(s₂ − m₂). A row without any
+// visible key saves +∞, which makes every recomputed probability exp2(s₂ − lse₂) zero.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "attention_kernels.h"
+#include "flash_mma.cuh"
+
+namespace microllm::ops::flash {
+
+struct FlashShape {
+  int64_t B, H, Hkv, T, S;
+  bool causal;
+  float scale;       // multiplies q·k
+  float scale_log2;  // scale · log₂e
+  // Positions of the T queries and S keys (I64), or null for the defaults: key j at j and
+  // query t at t + S − T. Only with the defaults can whole tiles be skipped by index.
+  const int64_t* q_pos;
+  const int64_t* k_pos;
+};
+
+// The mask position of query t (t < T).
+__device__ __forceinline__ int64_t query_position(const FlashShape& s, int64_t t) {
+  return s.q_pos != nullptr ? s.q_pos[t] : t + s.S - s.T;
+}
+// The mask position of key j (j < S).
+__device__ __forceinline__ int64_t key_position(const FlashShape& s, int64_t j) {
+  return s.k_pos != nullptr ? s.k_pos[j] : j;
+}
+__device__ __forceinline__ bool visible(const FlashShape& s, int64_t query_pos, int64_t key_pos) {
+  return !s.causal || key_pos <= query_pos;
+}
+
+__host__ __device__ inline int64_t tiles_of(int64_t n) { return (n + kTileRows - 1) / kTileRows; }
+
+// Key tiles [0, end) that the query tile starting at t0 visits: all of them, unless the mask
+// is causal over default positions, where keys after the tile's last query are skipped.
+__host__ __device__ inline int64_t key_tiles_end(const FlashShape& s, int64_t t0) {
+  if (!s.causal || s.q_pos != nullptr || s.k_pos != nullptr) return tiles_of(s.S);
+  const int64_t last_query = (t0 + kTileRows < s.T ? t0 + kTileRows : s.T) - 1;
+  const int64_t last_key = last_query + s.S - s.T;  // the last key that query sees
+  if (last_key < 0) return 0;
+  return tiles_of(last_key + 1 < s.S ? last_key + 1 : s.S);
+}
+
+// The first block of `rows` queries (blocks [begin, ⌈T / rows⌉)) that sees the key tile
+// starting at j0: the same rule seen from the key side.
+__host__ __device__ inline int64_t query_blocks_begin(const FlashShape& s, int64_t j0, int rows) {
+  if (!s.causal || s.q_pos != nullptr || s.k_pos != nullptr) return 0;
+  const int64_t first_query = j0 - (s.S - s.T);  // the first query that sees key j0
+  if (first_query <= 0) return 0;
+  return first_query / rows;  // may be past the last block: no query sees the tile
+}
+
+// The kernels' shape from the op's, with the positions (both defined, dense I64) or neither;
+// checks what the kernels support (D 64 or 128, grid limits).
+FlashShape flash_shape_of(const AttentionShape& s, const Tensor& q_pos, const Tensor& k_pos);
+
+// Lets `kernel` use `bytes` of dynamic shared memory (above the 48 KiB default), once per
+// kernel (the template parameter is the kernel itself, not its type, which kernels share).
+template <auto kernel>
+void allow_shared_bytes(size_t bytes) {
+  static const cudaError_t result = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  CUDA_CHECK(result);
+}
+
+}  // namespace microllm::ops::flash

@@ -1,0 +1,350 @@
+// Flash attention backward on tensor cores (mma.sync), deterministic: no atomics.
+// Reference: Dao 2023 (FlashAttention-2), section 3.1.2, for the recomputation; the split
+// into two kernels, one owning dQ rows and one owning dK/dV rows, is what removes the
+// atomic dQ accumulation (at the price of computing S and dP twice).
+//   delta = rowsum(dO ∘ O)                                         (B, H, T)
+//   P = exp2(S₂ − lse₂), dP = dO·Vᵀ, dS = P ∘ (dP − delta)
+//   dQ = scale · dS·K                  (query-tile blocks, key tiles in order)
+//   dK = scale · dSᵀ·Q, dV = Pᵀ·dO    (key-tile blocks, the group's heads and query tiles
+//                                      in order: the GQA sum has one fixed order)
+// The streamed side of each kernel is double-buffered with cp.async.
+#include "../cuda_common.cuh"
+#include "attention_kernels.h"
+#include "flash_attention.cuh"
+
+namespace microllm::ops {
+namespace {
+
+using namespace cuda_detail;
+using namespace flash;
+
+// q, out, dout, dq (B, H, T, D); k, v, dk, dv (B, Hkv, S, D); lse, delta (B, H, T) F32.
+template <class T>
+struct BackwardArgs {
+  FlashShape shape;
+  const T* q;
+  const T* k;
+  const T* v;
+  const T* dout;
+  const float* lse;
+  const float* delta;
+  T* dq;
+  T* dk;
+  T* dv;
+};
+
+// delta[row] = Σ_d dO[row, d]·O[row, d] in F32, a warp per row.
+template <class T, int D>
+__global__ void flash_delta_kernel(const T* out, const T* dout, float* delta, int64_t rows) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  float sum = 0.0f;
+  for (int d = lane; d < D; d += 32)
+    sum += to_float(out[row * D + d]) * to_float(dout[row * D + d]);
+  sum = warp_sum(sum);
+  if (lane == 0) delta[row] = sum;
+}
+
+// A operand of the warp's 16 rows of a shared (rows, D + 8) tile at k-step ks.
+template <int D, class T>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* tile, int warp, int g, int c,
+                                       int ks) {
+  const T* row = tile + (warp * 16 + g) * kStride<D> + ks * 16 + 2 * c;
+  a[0] = load_pair(row);
+  a[1] = load_pair(row + 8 * kStride<D>);
+  a[2] = load_pair(row + 8);
+  a[3] = load_pair(row + 8 * kStride<D> + 8);
+}
+
+// acc[nt] += rows(tile_a) · rows(tile_b)ᵀ for the warp's 16 rows of tile_a against N rows of
+// tile_b (N / 8 accumulator tiles), over the head dim.
+template <int D, int N, class T>
+__device__ __forceinline__ void rows_times_rows(float (&acc)[N / 8][4], const T* tile_a,
+                                                const T* tile_b, int warp, int g, int c) {
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t a[4];
+    load_a<D>(a, tile_a, warp, g, c, ks);
+    for (int nt = 0; nt < N / 8; ++nt) {
+      const T* row = tile_b + (nt * 8 + g) * kStride<D> + ks * 16 + 2 * c;
+      const uint32_t b[2] = {load_pair(row), load_pair(row + 8)};
+      mma_16816<T>(acc[nt], a, b);
+    }
+  }
+}
+
+// acc[nt] += W · tile for a warp's 16 × N weights W held as accumulator tiles (rounded to
+// 16 bits here) and N shared rows of `tile`, over its D columns.
+template <int D, int N, class T>
+__device__ __forceinline__ void weights_times_rows(float (&acc)[D / 8][4],
+                                                   const float (&w)[N / 8][4], const T* tile,
+                                                   int lane) {
+  for (int kk = 0; kk < N / 16; ++kk) {
+    const uint32_t a[4] = {pack_pair<T>(w[2 * kk][0], w[2 * kk][1]),
+                           pack_pair<T>(w[2 * kk][2], w[2 * kk][3]),
+                           pack_pair<T>(w[2 * kk + 1][0], w[2 * kk + 1][1]),
+                           pack_pair<T>(w[2 * kk + 1][2], w[2 * kk + 1][3])};
+    const T* row = tile + (kk * 16 + (lane & 15)) * kStride<D>;
+    for (int nt = 0; nt < D / 8; ++nt) {
+      uint32_t b[2];
+      load_b_transposed(b, row + nt * 8);
+      mma_16816<T>(acc[nt], a, b);
+    }
+  }
+}
+
+// Stores a warp's 16 × D accumulator rows (scaled) into rows [r0, r0 + 16) of a dense
+// (rows, D) matrix, skipping rows at or past `rows`.
+template <int D, class T>
+__device__ __forceinline__ void store_rows(T* matrix, const float (&acc)[D / 8][4], float scale,
+                                           int64_t r0, int64_t rows, int g, int c) {
+  for (int i = 0; i < 2; ++i) {
+    const int64_t r = r0 + g + 8 * i;
+    if (r >= rows) continue;
+    T* row = matrix + r * D + 2 * c;
+    for (int nt = 0; nt < D / 8; ++nt)
+      *reinterpret_cast<uint32_t*>(row + nt * 8) =
+          pack_pair<T>(acc[nt][2 * i] * scale, acc[nt][2 * i + 1] * scale);
+  }
+}
+
+// dQ: a block per 64 query rows of one (b, h), streaming the visible key tiles.
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads) flash_dq_kernel(BackwardArgs<T> a) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  T* q_tile = reinterpret_cast<T*>(shared);  // (64, D + 8)
+  T* do_tile = q_tile + kTileElements<D>;    // (64, D + 8)
+  T* k_tiles = do_tile + kTileElements<D>;   // 2 × (64, D + 8)
+  T* v_tiles = k_tiles + 2 * kTileElements<D>;
+  __shared__ int64_t key_pos[2][kTileRows];
+
+  const FlashShape& s = a.shape;
+  const int64_t bh = blockIdx.x;
+  const int64_t kv = (bh / s.H) * s.Hkv + (bh % s.H) / (s.H / s.Hkv);
+  const int64_t t0 = (static_cast<int64_t>(gridDim.y) - 1 - blockIdx.y) * kTileRows;
+  const T* k = a.k + kv * s.S * D;  // (S, D)
+  const T* v = a.v + kv * s.S * D;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int64_t key_tiles = key_tiles_end(s, t0);
+
+  const auto load_keys = [&](int64_t tile, int stage) {
+    const int64_t j0 = tile * kTileRows;
+    load_tile_async<T, D>(k_tiles + stage * kTileElements<D>, k, j0, s.S);
+    load_tile_async<T, D>(v_tiles + stage * kTileElements<D>, v, j0, s.S);
+    if (threadIdx.x < kTileRows && j0 + threadIdx.x < s.S)
+      key_pos[stage][threadIdx.x] = key_position(s, j0 + threadIdx.x);
+  };
+  load_tile_async<T, D>(q_tile, a.q + bh * s.T * D, t0, s.T);
+  load_tile_async<T, D>(do_tile, a.dout + bh * s.T * D, t0, s.T);
+  if (key_tiles > 0) load_keys(0, 0);
+  commit_async();
+
+  int64_t query_pos[2];
+  float lse[2], delta[2];
+  for (int i = 0; i < 2; ++i) {
+    const int64_t t = t0 + warp * 16 + g + 8 * i;
+    const bool real = t < s.T;
+    query_pos[i] = real ? query_position(s, t) : 0;
+    lse[i] = real ? a.lse[bh * s.T + t] : INFINITY;
+    delta[i] = real ? a.delta[bh * s.T + t] : 0.0f;
+  }
+  float dq[D / 8][4] = {};
+
+  for (int64_t tile = 0; tile < key_tiles; ++tile) {
+    const int stage = static_cast<int>(tile & 1);
+    if (tile + 1 < key_tiles) {
+      load_keys(tile + 1, stage ^ 1);
+      commit_async();
+      wait_async<1>();
+    } else {
+      wait_async<0>();
+    }
+    __syncthreads();
+    const T* k_tile = k_tiles + stage * kTileElements<D>;
+    const T* v_tile = v_tiles + stage * kTileElements<D>;
+    const int64_t j0 = tile * kTileRows;
+
+    float p[8][4] = {};  // S, then P, then dS: 16 queries × 64 keys per warp
+    rows_times_rows<D, 64>(p, q_tile, k_tile, warp, g, c);
+    float dp[8][4] = {};  // dO·Vᵀ
+    rows_times_rows<D, 64>(dp, do_tile, v_tile, warp, g, c);
+    for (int nt = 0; nt < 8; ++nt)
+      for (int e = 0; e < 4; ++e) {
+        const int i = e / 2, j = nt * 8 + 2 * c + (e & 1);
+        const bool seen = j0 + j < s.S && visible(s, query_pos[i], key_pos[stage][j]);
+        const float prob = seen ? exp2f(p[nt][e] * s.scale_log2 - lse[i]) : 0.0f;
+        p[nt][e] = prob * (dp[nt][e] - delta[i]);
+      }
+    weights_times_rows<D, 64>(dq, p, k_tile, lane);
+    __syncthreads();
+  }
+  wait_async<0>();
+  store_rows<D>(a.dq + bh * s.T * D, dq, s.scale, t0 + warp * 16, s.T, g, c);
+}
+
+// dK and dV: a block per 64 key rows of one (b, KV head), streaming kQ query rows at a time
+// over the group's heads in order, then the visible query tiles in order.
+template <int D>
+constexpr int kBackwardQueries = D == 128 ? 32 : 64;
+
+template <class T, int D>
+constexpr size_t dkdv_shared_bytes() {
+  return (2 * kTileElements<D> + 4 * kTileElements<D, kBackwardQueries<D>>)*sizeof(T);
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a) {
+  constexpr int kQ = kBackwardQueries<D>;
+  extern __shared__ __align__(16) unsigned char shared[];
+  T* k_tile = reinterpret_cast<T*>(shared);  // (64, D + 8)
+  T* v_tile = k_tile + kTileElements<D>;     // (64, D + 8)
+  T* q_tiles = v_tile + kTileElements<D>;    // 2 × (kQ, D + 8)
+  T* do_tiles = q_tiles + 2 * kTileElements<D, kQ>;
+  __shared__ float lse[2][kQ], delta[2][kQ];
+  __shared__ int64_t query_pos[2][kQ];
+  __shared__ bool real_query[2][kQ];
+
+  const FlashShape& s = a.shape;
+  const int64_t kv = blockIdx.x;  // b·Hkv + KV head
+  const int64_t group = s.H / s.Hkv;
+  const int64_t first_bh = (kv / s.Hkv) * s.H + (kv % s.Hkv) * group;
+  const int64_t j0 = (static_cast<int64_t>(gridDim.y) - 1 - blockIdx.y) * kTileRows;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+
+  // Steps over (head of the group, query block of kQ rows); causal default positions skip
+  // the query blocks before the first one that sees key j0.
+  const int64_t q_begin = query_blocks_begin(s, j0, kQ);
+  const int64_t q_blocks = (s.T + kQ - 1) / kQ;
+  const int64_t per_head = q_blocks > q_begin ? q_blocks - q_begin : 0;
+  const int64_t steps = group * per_head;
+
+  const auto load_queries = [&](int64_t step, int stage) {
+    const int64_t bh = first_bh + step / per_head;
+    const int64_t q0 = (q_begin + step % per_head) * kQ;
+    load_tile_async<T, D, kQ>(q_tiles + stage * kTileElements<D, kQ>, a.q + bh * s.T * D, q0, s.T);
+    load_tile_async<T, D, kQ>(do_tiles + stage * kTileElements<D, kQ>, a.dout + bh * s.T * D, q0,
+                              s.T);
+    if (threadIdx.x < kQ) {
+      const int64_t t = q0 + threadIdx.x;
+      const bool real = t < s.T;
+      real_query[stage][threadIdx.x] = real;
+      lse[stage][threadIdx.x] = real ? a.lse[bh * s.T + t] : INFINITY;
+      delta[stage][threadIdx.x] = real ? a.delta[bh * s.T + t] : 0.0f;
+      query_pos[stage][threadIdx.x] = real ? query_position(s, t) : 0;
+    }
+  };
+  if (steps > 0) {
+    const T* k = a.k + kv * s.S * D;
+    const T* v = a.v + kv * s.S * D;
+    load_tile_async<T, D>(k_tile, k, j0, s.S);
+    load_tile_async<T, D>(v_tile, v, j0, s.S);
+    load_queries(0, 0);
+    commit_async();
+  }
+
+  // This thread's two key rows: tile rows warp·16 + g and + 8.
+  int64_t key_pos[2];
+  bool real_key[2];
+  for (int i = 0; i < 2; ++i) {
+    const int64_t j = j0 + warp * 16 + g + 8 * i;
+    real_key[i] = j < s.S;
+    key_pos[i] = real_key[i] ? key_position(s, j) : 0;
+  }
+  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+
+  for (int64_t step = 0; step < steps; ++step) {
+    const int stage = static_cast<int>(step & 1);
+    if (step + 1 < steps) {
+      load_queries(step + 1, stage ^ 1);
+      commit_async();
+      wait_async<1>();
+    } else {
+      wait_async<0>();
+    }
+    __syncthreads();
+    const T* q_tile = q_tiles + stage * kTileElements<D, kQ>;
+    const T* do_tile = do_tiles + stage * kTileElements<D, kQ>;
+
+    float p[kQ / 8][4] = {};  // Sᵀ, then Pᵀ: 16 keys × kQ queries per warp
+    rows_times_rows<D, kQ>(p, k_tile, q_tile, warp, g, c);
+    float ds[kQ / 8][4] = {};  // (dO·Vᵀ)ᵀ = V·dOᵀ, then dSᵀ
+    rows_times_rows<D, kQ>(ds, v_tile, do_tile, warp, g, c);
+    for (int nt = 0; nt < kQ / 8; ++nt)
+      for (int e = 0; e < 4; ++e) {
+        const int i = e / 2, n = nt * 8 + 2 * c + (e & 1);
+        const bool seen =
+            real_key[i] && real_query[stage][n] && visible(s, query_pos[stage][n], key_pos[i]);
+        p[nt][e] = seen ? exp2f(p[nt][e] * s.scale_log2 - lse[stage][n]) : 0.0f;
+        ds[nt][e] = p[nt][e] * (ds[nt][e] - delta[stage][n]);
+      }
+    weights_times_rows<D, kQ>(dv, p, do_tile, lane);
+    weights_times_rows<D, kQ>(dk, ds, q_tile, lane);
+    __syncthreads();
+  }
+  const int64_t r0 = kv * s.S;  // dk and dv rows of this (b, KV head) start here
+  store_rows<D>(a.dk + r0 * D, dk, s.scale, j0 + warp * 16, s.S, g, c);
+  store_rows<D>(a.dv + r0 * D, dv, 1.0f, j0 + warp * 16, s.S, g, c);
+}
+
+template <class T, int D>
+void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cudaStream_t stream) {
+  const FlashShape& s = args.shape;
+  const int64_t rows = s.B * s.H * s.T;
+  if (rows > 0) {
+    constexpr int kRowsPerBlock = 8;
+    flash_delta_kernel<T, D><<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock),
+                               32 * kRowsPerBlock, 0, stream>>>(out, args.dout, delta, rows);
+    CUDA_CHECK_LAUNCH("flash_delta_kernel");
+    const size_t dq_bytes = static_cast<size_t>(6 * kTileElements<D>) * sizeof(T);
+    allow_shared_bytes<flash_dq_kernel<T, D>>(dq_bytes);
+    flash_dq_kernel<T, D>
+        <<<dim3(static_cast<unsigned>(s.B * s.H), static_cast<unsigned>(tiles_of(s.T))), kThreads,
+           dq_bytes, stream>>>(args);
+    CUDA_CHECK_LAUNCH("flash_dq_kernel");
+  }
+  if (s.B * s.Hkv * s.S > 0) {  // with T = 0 this writes zeros to dK and dV
+    const size_t bytes = dkdv_shared_bytes<T, D>();
+    allow_shared_bytes<flash_dkdv_kernel<T, D>>(bytes);
+    flash_dkdv_kernel<T, D>
+        <<<dim3(static_cast<unsigned>(s.B * s.Hkv), static_cast<unsigned>(tiles_of(s.S))), kThreads,
+           bytes, stream>>>(args);
+    CUDA_CHECK_LAUNCH("flash_dkdv_kernel");
+  }
+}
+
+}  // namespace
+
+void flash_attention_backward_cuda(const AttentionShape& shape, const Tensor& q, const Tensor& k,
+                                   const Tensor& v, const Tensor& out, const Tensor& lse,
+                                   const Tensor& dout, const Tensor& q_pos, const Tensor& k_pos,
+                                   const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const FlashShape s = flash_shape_of(shape, q_pos, k_pos);
+  // delta (B, H, T) F32, from the stream-ordered allocator: freed on return, reused only by
+  // later work on the same stream.
+  const Tensor delta = Tensor::empty({s.B, s.H, s.T}, DType::F32, q.device());
+  const auto run = [&](auto tag) {
+    using T = decltype(tag);
+    const BackwardArgs<T> args{s,
+                               ptr<const T>(q),
+                               ptr<const T>(k),
+                               ptr<const T>(v),
+                               ptr<const T>(dout),
+                               ptr<const float>(lse),
+                               ptr<const float>(delta),
+                               ptr<T>(dq),
+                               ptr<T>(dk),
+                               ptr<T>(dv)};
+    if (shape.D == 64)
+      launch_backward<T, 64>(args, ptr<const T>(out), ptr<float>(delta), stream_of(dq));
+    else
+      launch_backward<T, 128>(args, ptr<const T>(out), ptr<float>(delta), stream_of(dq));
+  };
+  if (q.dtype() == DType::BF16)
+    run(__nv_bfloat16{});
+  else if (q.dtype() == DType::F16)
+    run(__half{});
+  else
+    MICROLLM_FAIL("attention", "flash attention takes bf16 or f16, found ", q.describe());
+}
+
+}  // namespace microllm::ops

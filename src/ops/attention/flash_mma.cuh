@@ -1,0 +1,116 @@
+// Tensor-core building blocks of the flash attention kernels (sm_80+ warp-level MMA).
+//
+// One warp computes D(16×8, F32) += A(16×16) · B(16×8) with mma.sync.m16n8k16 on BF16 or
+// F16 operands. In a warp, lane = 4·g + c (g = lane / 4 the group, c = lane % 4):
+//   A registers a[0..3] (two 16-bit values each): (row g, cols 2c, 2c+1), (row g+8, same
+//     cols), (row g, cols 2c+8, 2c+9), (row g+8, cols 2c+8, 2c+9);
+//   B registers b[0..1]: (rows k = 2c, 2c+1, col n = g), (rows k = 2c+8, 2c+9, col g);
+//   accumulator d[0..3]: (row g, cols 2c, 2c+1), (row g+8, cols 2c, 2c+1).
+// An accumulator tile pair laid side by side (cols 0..7 and 8..15) is, packed to 16 bits,
+// exactly an A operand over k = 0..15: that is how P = softmax(S) feeds P·V without a trip
+// through shared memory.
+// Reference: PTX ISA, "Matrix fragments for mma.m16n8k16"; Dao 2023 (FlashAttention-2) for
+// the algorithm that uses them.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace microllm::ops::flash {
+
+// d += a · b on a 16×8×16 tile; T is __nv_bfloat16 or __half.
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
+                                          const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+#else
+  __trap();  // the build targets sm_90a; older architectures never launch these kernels
+#endif
+}
+
+// Two adjacent 16-bit elements of shared memory as one register (the lower address in the
+// low half, as the MMA fragments expect).
+template <class T>
+__device__ __forceinline__ uint32_t load_pair(const T* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// Two F32 values rounded to T and packed into one register, lo in the low half.
+template <class T>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// The B operand of a 16×8 tile whose rows k live as rows of a row-major shared matrix:
+// B[k][n] = m[k][n0 + n] for k < 16, n < 8. Lanes 0..15 pass the address of row (lane % 16)
+// at column n0 (16-byte aligned); ldmatrix's transpose hands each lane its (2c, 2c+1; g) pair.
+__device__ __forceinline__ void load_b_transposed(uint32_t (&b)[2], const void* row_address) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row_address));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(b[0]), "=r"(b[1])
+               : "r"(address));
+}
+
+// 16 bytes global → shared without passing through registers; with valid false the 16 bytes
+// are zero-filled and nothing is read.
+__device__ __forceinline__ void copy16_async(void* shared, const void* global, bool valid) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  const int source_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global),
+               "r"(source_bytes));
+}
+__device__ __forceinline__ void commit_async() { asm volatile("cp.async.commit_group;\n"); }
+// Waits until at most `pending` committed groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void wait_async() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+}
+
+// The tile geometry shared by the kernels: 64-row tiles of queries or keys, 4 warps of 16
+// rows, shared rows padded by 8 elements (16 bytes) so that the fragment loads of the 8
+// groups of a warp fall into distinct banks.
+constexpr int kTileRows = 64;
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+template <int D>
+constexpr int kStride = D + 8;  // elements per shared row
+template <int D, int kRows = kTileRows>
+constexpr int kTileElements = kRows* kStride<D>;
+
+// Starts the copy of rows [row0, row0 + kRows) of a dense (rows, D) matrix into a shared
+// tile; rows at or past `rows` become zeros. Called by all kThreads threads; commits nothing.
+template <class T, int D, int kRows = kTileRows>
+__device__ __forceinline__ void load_tile_async(T* tile, const T* matrix, int64_t row0,
+                                                int64_t rows) {
+  constexpr int kVectorsPerRow = D * static_cast<int>(sizeof(T)) / 16;
+  for (int i = threadIdx.x; i < kRows * kVectorsPerRow; i += kThreads) {
+    const int r = i / kVectorsPerRow, v = i % kVectorsPerRow;
+    const bool valid = row0 + r < rows;
+    const T* source = valid ? matrix + (row0 + r) * D + v * (16 / sizeof(T)) : matrix;
+    copy16_async(tile + r * kStride<D> + v * (16 / sizeof(T)), source, valid);
+  }
+}
+
+}  // namespace microllm::ops::flash
