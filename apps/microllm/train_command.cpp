@@ -308,6 +308,11 @@ Command add_train_command(CLI::App& parent) {
          "reference (the materialized kernel)")
       ->check(CLI::IsMember({"auto", "flash", "reference"}))
       ->default_str("auto");
+  cmd->add_option("--optimizer-kernels", o.optimizer_kernels,
+                  "auto (fused AdamW on CUDA), fused (multi-tensor AdamW and gradient norm) or "
+                  "reference (elementwise operators)")
+      ->check(CLI::IsMember({"auto", "fused", "reference"}))
+      ->capture_default_str();
   cmd->add_option("--device", c->device, "cpu or cuda[:N]")->capture_default_str();
   cmd->add_option("--dtype", c->dtype, "f32 or bf16 (mixed precision, F32 master weights)")
       ->check(CLI::IsMember({"f32", "bf16"}))

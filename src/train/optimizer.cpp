@@ -1,12 +1,14 @@
-// AdamW and SGD with momentum over F32 master weights (see optimizer.h). The updates are
-// written with the elementwise operators, so they run on the parameters' device; a fused
-// single-kernel optimizer over flat parameter buffers is the planned fast path (DESIGN §5).
+// AdamW and SGD with momentum over F32 master weights (see optimizer.h). The reference
+// updates are written with the elementwise operators, so they run on the parameters'
+// device; AdamW's fused path (AdamWOptions::fused) runs ops::adamw_step, a multi-tensor
+// kernel with the same arithmetic and bits.
 #include "microllm/train/optimizer.h"
 
 #include <cmath>
 #include <numbers>
 
 #include "microllm/autograd/node.h"
+#include "microllm/ops/adamw.h"
 #include "microllm/ops/elementwise.h"
 #include "microllm/ops/reduce.h"
 
@@ -34,6 +36,21 @@ Optimizer::Optimizer(const std::vector<OptimizerParam>& params) {
 
 void Optimizer::zero_grad() {
   for (Slot& s : slots_) s.param.zero_grad();
+}
+
+double Optimizer::take_grad_scale() {
+  const double scale = grad_scale_;
+  grad_scale_ = 1.0;
+  return scale;
+}
+
+void Optimizer::scale_gradients(double scale) {
+  if (scale == 1.0) return;
+  for (Slot& s : slots_) {
+    if (!s.param.grad().defined()) continue;
+    Tensor g = s.param.grad();  // (shape of the parameter), its dtype
+    g.copy_from(ops::scale(g, scale));
+  }
 }
 
 void Optimizer::publish(Slot& slot) {
@@ -97,6 +114,21 @@ void AdamW::step(double lr) {
   const double b1 = options_.beta1, b2 = options_.beta2;
   const double bias1 = 1.0 - std::pow(b1, static_cast<double>(steps_));
   const double bias2 = 1.0 - std::pow(b2, static_cast<double>(steps_));
+  const double grad_scale = take_grad_scale();
+  if (options_.fused) {
+    std::vector<ops::AdamWTensors> tensors;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const Slot& s = slots_[i];
+      const Tensor grad = s.param.grad();  // (shape of the parameter), its dtype
+      if (!grad.defined()) continue;
+      tensors.push_back(
+          {s.param.detach(), grad.contiguous(), s.master, exp_avg_[i], exp_avg_sq_[i], s.decay});
+    }
+    ops::adamw_step(tensors,
+                    {lr, b1, b2, options_.eps, options_.weight_decay, bias1, bias2, grad_scale});
+    return;
+  }
+  scale_gradients(grad_scale);
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     const Tensor grad = s.param.grad();  // (shape of the parameter), its dtype
@@ -154,6 +186,7 @@ void Sgd::init_state() {
 void Sgd::step(double lr) {
   autograd::NoGradGuard no_grad;
   ++steps_;
+  scale_gradients(take_grad_scale());
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     const Tensor grad = s.param.grad();  // (shape of the parameter), its dtype
@@ -200,8 +233,8 @@ double clip_grad_norm(const std::map<std::string, Tensor>& params, double max_no
   }
   if (!total.defined()) return 0.0;
   const double norm = std::sqrt(total.item());
-  if (max_norm > 0.0 && norm > max_norm) {
-    const double scale = max_norm / (norm + 1e-6);
+  const double scale = clip_scale(norm, max_norm);
+  if (scale != 1.0) {
     for (const auto& [name, p] : params) {
       if (!p.grad().defined()) continue;
       Tensor g = p.grad();  // (shape of p), p's dtype
@@ -209,6 +242,19 @@ double clip_grad_norm(const std::map<std::string, Tensor>& params, double max_no
     }
   }
   return norm;
+}
+
+double gradient_norm(const std::map<std::string, Tensor>& params) {
+  autograd::NoGradGuard no_grad;
+  std::vector<Tensor> grads;
+  for (const auto& [name, p] : params)
+    if (p.grad().defined()) grads.push_back(p.grad().contiguous());
+  if (grads.empty()) return 0.0;
+  return std::sqrt(ops::sum_of_squares(grads).item());
+}
+
+double clip_scale(double norm, double max_norm) {
+  return max_norm > 0.0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
 }
 
 double warmup_cosine_lr(int64_t step, int64_t warmup, int64_t total, double peak, double floor) {

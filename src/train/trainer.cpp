@@ -51,6 +51,17 @@ Trainer::Trainer(const model::ModelConfig& config, TrainOptions options,
                  comm_ ? comm_->device().str() : std::string(), ", the model on ", o.device);
   MICROLLM_CHECK(comm_ || !o.data_parallel.zero1, "train",
                  "ZeRO-1 needs data parallelism (a communicator)");
+  MICROLLM_CHECK(o.optimizer_kernels == "auto" || o.optimizer_kernels == "fused" ||
+                     o.optimizer_kernels == "reference",
+                 "train", "optimizer kernels must be auto, fused or reference, found '",
+                 o.optimizer_kernels, "'");
+  MICROLLM_CHECK(
+      o.optimizer_kernels != "fused" || (o.optimizer == "adamw" && !o.data_parallel.zero1), "train",
+      "fused optimizer kernels exist for AdamW without ZeRO-1, found optimizer ", o.optimizer,
+      o.data_parallel.zero1 ? " with ZeRO-1" : "");
+  fused_optimizer_ =
+      o.optimizer_kernels == "fused" || (o.optimizer_kernels == "auto" && o.optimizer == "adamw" &&
+                                         !o.data_parallel.zero1 && o.device.is_cuda());
   model_ = std::make_unique<model::Transformer>(config, o.device, o.dtype, o.seed);
   model_->set_requires_grad(true);
   model_->set_attention_backend(o.attention);
@@ -67,8 +78,9 @@ Trainer::Trainer(const model::ModelConfig& config, TrainOptions options,
     zero_ = zero.get();
     optimizer_ = std::move(zero);
   } else {
-    optimizer_ =
-        make_optimizer(o.optimizer, optimizer_params(model_->parameters()), o.adamw, o.sgd);
+    AdamWOptions adamw = o.adamw;
+    adamw.fused = fused_optimizer_;
+    optimizer_ = make_optimizer(o.optimizer, optimizer_params(model_->parameters()), adamw, o.sgd);
   }
   // Masters were copied before the broadcast; start them from rank 0's values.
   if (dp_) reset_masters_from_parameters();
@@ -160,6 +172,12 @@ StepStats Trainer::train_step(const TokenFile& data) {
     timer_.mark(Stage::Optimizer);
     zero_->gather_parameters();
     timer_.mark(Stage::CommWait);
+  } else if (fused_optimizer_) {
+    // The clip's scale goes into the update kernel instead of rewriting the gradients.
+    stats.grad_norm = gradient_norm(model_->parameters());
+    optimizer_->set_grad_scale(clip_scale(stats.grad_norm, o.grad_clip));
+    optimizer_->step(lr);
+    timer_.mark(Stage::Optimizer);
   } else {
     stats.grad_norm = clip_grad_norm(model_->parameters(), o.grad_clip);
     optimizer_->step(lr);

@@ -45,6 +45,10 @@ struct TrainOptions {
   // The attention kernel (Auto: flash on CUDA in BF16 for head dims 64 and 128; Reference:
   // the materialized kernel everywhere).
   ops::AttentionBackend attention = ops::AttentionBackend::Auto;
+  // The optimizer's kernels: "fused" (AdamW as multi-tensor kernels, ops::adamw_step, and
+  // the gradient norm by ops::sum_of_squares), "reference" (elementwise operators), or
+  // "auto" (fused for AdamW on CUDA without ZeRO-1, else reference).
+  std::string optimizer_kernels = "auto";
   DataParallelOptions data_parallel;  // used when the trainer gets a communicator
 };
 
@@ -120,6 +124,7 @@ class Trainer {
   std::unique_ptr<DataParallel> dp_;  // after model_: destroyed first, removing its hooks
   std::unique_ptr<Optimizer> optimizer_;
   ZeroOptimizer* zero_ = nullptr;  // optimizer_ when ZeRO-1 is on
+  bool fused_optimizer_ = false;   // options_.optimizer_kernels resolved
   StageTimer timer_;
   int64_t step_ = 0;
 };
