@@ -122,7 +122,10 @@ def main() -> int:
                                      "median": record.summarize(compiled["seconds"])["median"],
                                      "tokens_per_s": tokens / record.summarize(compiled["seconds"])["median"],
                                      "peak_bytes": compiled["peak_bytes"]}}})
-    name = f"{cfg.get('model_type')}-b{args.batch}-t{args.seq}"
+    # The 0.5B shape keeps its historical name; other configs add their folder name.
+    folder = Path(args.config).parent.name
+    shape = "" if folder == "qwen2.5-0.5b" else f"-{folder}"
+    name = f"{cfg.get('model_type')}{shape}-b{args.batch}-t{args.seq}"
     if args.loss_chunk:
         name += f"-lc{args.loss_chunk}"
     if args.attention != "auto":

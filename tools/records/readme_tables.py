@@ -30,7 +30,8 @@ RECORDS = REPO_ROOT / "bench" / "records"
 CASE_KEYS = {
     "ops": lambda c: c["case"],
     "train": lambda c: f"{Path(c['config']).parent.name} B{c['batch']} T{c['seq']}"
-                       + (f" loss chunk {c['loss_chunk']}" if c.get("loss_chunk") else ""),
+                       + (f" loss chunk {c['loss_chunk']}" if c.get("loss_chunk") else "")
+                       + (f" attention {c['attention']}" if c.get("attention") else ""),
     "tokenizer": lambda c: c["tokenizer"],
     "generate": lambda c: c["case"],
     "serve": lambda c: c["case"],
@@ -74,15 +75,23 @@ def ops_table(records: list[dict]) -> str:
 
 
 def train_table(records: list[dict]) -> str:
-    lines = ["| model shape | tokens per step | microllm tokens/s | PyTorch tokens/s | PyTorch / microllm | commit |",
-             "|---|---|---|---|---|---|"]
+    """Training throughput; the ratios are PyTorch's step time over microllm's (> 1: microllm
+    faster). Records before the torch.compile peer was added show "—" for it."""
+    lines = ["| model shape | tokens per step | microllm tokens/s | PyTorch eager tokens/s | eager / microllm "
+             "| torch.compile tokens/s | compile / microllm | microllm peak GiB | commit |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         d = r["derived"]
+        mine = d["microllm_tokens_per_s"]
         peer = d.get("peer_tokens_per_s")
         ratio = r.get("ratio_of_medians", {}).get("value")
+        compiled = (d.get("compiled_peer") or {}).get("tokens_per_s")
+        peak = d.get("microllm_peak_bytes")
         lines.append(f"| {r['_case']} ({r['config']['dtype']}) | {r['config']['tokens_per_step']:,} | "
-                     f"{d['microllm_tokens_per_s']:,.0f} | " + (f"{peer:,.0f}" if peer else "—") + " | "
-                     + (f"{ratio:.2f}×" if ratio is not None else "—") + f" | `{r['git']['commit'][:7]}` |")
+                     f"{mine:,.0f} | " + (f"{peer:,.0f}" if peer else "—") + " | "
+                     + (f"{ratio:.2f}×" if ratio is not None else "—") + " | "
+                     + (f"{compiled:,.0f} | {mine / compiled:.2f}×" if compiled else "— | —") + " | "
+                     + (f"{peak / 2**30:.1f}" if peak else "—") + f" | `{r['git']['commit'][:7]}` |")
     return "\n".join(lines)
 
 
