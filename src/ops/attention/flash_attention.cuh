@@ -39,6 +39,17 @@ __device__ __forceinline__ bool visible(const FlashShape& s, int64_t query_pos, 
 
 __host__ __device__ inline int64_t tiles_of(int64_t n) { return (n + kTileRows - 1) / kTileRows; }
 
+// Whether some pair of the queries from t0 on and the 64 keys of the tile at j0 is masked:
+// keys past S, or (causal) a key after some query. Tiles that need no mask skip its
+// per-element test. With explicit positions every causal tile is tested. (Query rows past
+// T need no mask: their saved log-sum-exp of +∞ makes their probabilities 0.)
+__host__ __device__ inline bool tile_needs_mask(const FlashShape& s, int64_t t0, int64_t j0) {
+  if (j0 + kTileRows > s.S) return true;
+  if (!s.causal) return false;
+  if (s.q_pos != nullptr || s.k_pos != nullptr) return true;
+  return j0 + kTileRows - 1 > t0 + s.S - s.T;  // the last key after the first query
+}
+
 // Key tiles [0, end) that the query tile starting at t0 visits: all of them, unless the mask
 // is causal over default positions, where keys after the tile's last query are skipped.
 __host__ __device__ inline int64_t key_tiles_end(const FlashShape& s, int64_t t0) {

@@ -46,29 +46,21 @@ __global__ void flash_delta_kernel(const T* out, const T* dout, float* delta, in
   if (lane == 0) delta[row] = sum;
 }
 
-// A operand of the warp's 16 rows of a shared (rows, D + 8) tile at k-step ks.
-template <int D, class T>
-__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* tile, int warp, int g, int c,
-                                       int ks) {
-  const T* row = tile + (warp * 16 + g) * kStride<D> + ks * 16 + 2 * c;
-  a[0] = load_pair(row);
-  a[1] = load_pair(row + 8 * kStride<D>);
-  a[2] = load_pair(row + 8);
-  a[3] = load_pair(row + 8 * kStride<D> + 8);
-}
-
 // acc[nt] += rows(tile_a) · rows(tile_b)ᵀ for the warp's 16 rows of tile_a against N rows of
 // tile_b (N / 8 accumulator tiles), over the head dim.
 template <int D, int N, class T>
 __device__ __forceinline__ void rows_times_rows(float (&acc)[N / 8][4], const T* tile_a,
-                                                const T* tile_b, int warp, int g, int c) {
+                                                const T* tile_b, int warp, int lane) {
+#pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
     uint32_t a[4];
-    load_a<D>(a, tile_a, warp, g, c, ks);
-    for (int nt = 0; nt < N / 8; ++nt) {
-      const T* row = tile_b + (nt * 8 + g) * kStride<D> + ks * 16 + 2 * c;
-      const uint32_t b[2] = {load_pair(row), load_pair(row + 8)};
-      mma_16816<T>(acc[nt], a, b);
+    load_a(a, tile_a, kStride<D>, warp * 16, ks * 16, lane);
+#pragma unroll
+    for (int pair = 0; pair < N / 16; ++pair) {
+      uint32_t b[2][2];
+      load_b_pair(b, tile_b, kStride<D>, pair * 16, ks * 16, lane);
+      mma_16816<T>(acc[2 * pair], a, b[0]);
+      mma_16816<T>(acc[2 * pair + 1], a, b[1]);
     }
   }
 }
@@ -79,16 +71,18 @@ template <int D, int N, class T>
 __device__ __forceinline__ void weights_times_rows(float (&acc)[D / 8][4],
                                                    const float (&w)[N / 8][4], const T* tile,
                                                    int lane) {
+#pragma unroll
   for (int kk = 0; kk < N / 16; ++kk) {
     const uint32_t a[4] = {pack_pair<T>(w[2 * kk][0], w[2 * kk][1]),
                            pack_pair<T>(w[2 * kk][2], w[2 * kk][3]),
                            pack_pair<T>(w[2 * kk + 1][0], w[2 * kk + 1][1]),
                            pack_pair<T>(w[2 * kk + 1][2], w[2 * kk + 1][3])};
-    const T* row = tile + (kk * 16 + (lane & 15)) * kStride<D>;
-    for (int nt = 0; nt < D / 8; ++nt) {
-      uint32_t b[2];
-      load_b_transposed(b, row + nt * 8);
-      mma_16816<T>(acc[nt], a, b);
+#pragma unroll
+    for (int pair = 0; pair < D / 16; ++pair) {
+      uint32_t b[2][2];
+      load_b_pair_transposed(b, tile, kStride<D>, kk * 16, pair * 16, lane);
+      mma_16816<T>(acc[2 * pair], a, b[0]);
+      mma_16816<T>(acc[2 * pair + 1], a, b[1]);
     }
   }
 }
@@ -98,10 +92,12 @@ __device__ __forceinline__ void weights_times_rows(float (&acc)[D / 8][4],
 template <int D, class T>
 __device__ __forceinline__ void store_rows(T* matrix, const float (&acc)[D / 8][4], float scale,
                                            int64_t r0, int64_t rows, int g, int c) {
+#pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int64_t r = r0 + g + 8 * i;
     if (r >= rows) continue;
     T* row = matrix + r * D + 2 * c;
+#pragma unroll
     for (int nt = 0; nt < D / 8; ++nt)
       *reinterpret_cast<uint32_t*>(row + nt * 8) =
           pack_pair<T>(acc[nt][2 * i] * scale, acc[nt][2 * i + 1] * scale);
@@ -141,6 +137,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BackwardArgs<T> a) {
 
   int64_t query_pos[2];
   float lse[2], delta[2];
+#pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int64_t t = t0 + warp * 16 + g + 8 * i;
     const bool real = t < s.T;
@@ -165,13 +162,16 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BackwardArgs<T> a) {
     const int64_t j0 = tile * kTileRows;
 
     float p[8][4] = {};  // S, then P, then dS: 16 queries × 64 keys per warp
-    rows_times_rows<D, 64>(p, q_tile, k_tile, warp, g, c);
+    rows_times_rows<D, 64>(p, q_tile, k_tile, warp, lane);
     float dp[8][4] = {};  // dO·Vᵀ
-    rows_times_rows<D, 64>(dp, do_tile, v_tile, warp, g, c);
+    rows_times_rows<D, 64>(dp, do_tile, v_tile, warp, lane);
+    const bool masked = tile_needs_mask(s, t0, j0);
+#pragma unroll
     for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = e / 2, j = nt * 8 + 2 * c + (e & 1);
-        const bool seen = j0 + j < s.S && visible(s, query_pos[i], key_pos[stage][j]);
+        const bool seen = !masked || (j0 + j < s.S && visible(s, query_pos[i], key_pos[stage][j]));
         const float prob = seen ? exp2f(p[nt][e] * s.scale_log2 - lse[i]) : 0.0f;
         p[nt][e] = prob * (dp[nt][e] - delta[i]);
       }
@@ -203,6 +203,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
   __shared__ float lse[2][kQ], delta[2][kQ];
   __shared__ int64_t query_pos[2][kQ];
   __shared__ bool real_query[2][kQ];
+  __shared__ int64_t block_first_query[2];  // q0 of each stage's query block
 
   const FlashShape& s = a.shape;
   const int64_t kv = blockIdx.x;  // b·Hkv + KV head
@@ -224,6 +225,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
     load_tile_async<T, D, kQ>(q_tiles + stage * kTileElements<D, kQ>, a.q + bh * s.T * D, q0, s.T);
     load_tile_async<T, D, kQ>(do_tiles + stage * kTileElements<D, kQ>, a.dout + bh * s.T * D, q0,
                               s.T);
+    if (threadIdx.x == 0) block_first_query[stage] = q0;
     if (threadIdx.x < kQ) {
       const int64_t t = q0 + threadIdx.x;
       const bool real = t < s.T;
@@ -245,6 +247,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
   // This thread's two key rows: tile rows warp·16 + g and + 8.
   int64_t key_pos[2];
   bool real_key[2];
+#pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int64_t j = j0 + warp * 16 + g + 8 * i;
     real_key[i] = j < s.S;
@@ -266,14 +269,17 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
     const T* do_tile = do_tiles + stage * kTileElements<D, kQ>;
 
     float p[kQ / 8][4] = {};  // Sᵀ, then Pᵀ: 16 keys × kQ queries per warp
-    rows_times_rows<D, kQ>(p, k_tile, q_tile, warp, g, c);
+    rows_times_rows<D, kQ>(p, k_tile, q_tile, warp, lane);
     float ds[kQ / 8][4] = {};  // (dO·Vᵀ)ᵀ = V·dOᵀ, then dSᵀ
-    rows_times_rows<D, kQ>(ds, v_tile, do_tile, warp, g, c);
+    rows_times_rows<D, kQ>(ds, v_tile, do_tile, warp, lane);
+    const bool masked = tile_needs_mask(s, block_first_query[stage], j0);
+#pragma unroll
     for (int nt = 0; nt < kQ / 8; ++nt)
+#pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = e / 2, n = nt * 8 + 2 * c + (e & 1);
-        const bool seen =
-            real_key[i] && real_query[stage][n] && visible(s, query_pos[stage][n], key_pos[i]);
+        const bool seen = !masked || (real_key[i] && real_query[stage][n] &&
+                                      visible(s, query_pos[stage][n], key_pos[i]));
         p[nt][e] = seen ? exp2f(p[nt][e] * s.scale_log2 - lse[stage][n]) : 0.0f;
         ds[nt][e] = p[nt][e] * (ds[nt][e] - delta[stage][n]);
       }

@@ -66,6 +66,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(ForwardArgs<T> 
 
   // This thread's two query rows: tile rows warp·16 + g and + 8.
   int64_t query_pos[2];
+#pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int64_t t = t0 + warp * 16 + g + 8 * i;
     query_pos[i] = t < s.T ? query_position(s, t) : 0;
@@ -84,35 +85,38 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(ForwardArgs<T> 
       wait_async<0>();
     }
     __syncthreads();
-    if (tile == 0) {
-      const T* row = q_tile + (warp * 16 + g) * kStride<D> + 2 * c;
-      for (int ks = 0; ks < D / 16; ++ks) {
-        q_frag[ks][0] = load_pair(row + ks * 16);
-        q_frag[ks][1] = load_pair(row + 8 * kStride<D> + ks * 16);
-        q_frag[ks][2] = load_pair(row + ks * 16 + 8);
-        q_frag[ks][3] = load_pair(row + 8 * kStride<D> + ks * 16 + 8);
-      }
-    }
+    if (tile == 0)
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks)
+        load_a(q_frag[ks], q_tile, kStride<D>, warp * 16, ks * 16, lane);
     const T* k_tile = k_tiles + stage * kTileElements<D>;  // (64, D + 8)
     const T* v_tile = v_tiles + stage * kTileElements<D>;
 
     // S = Q·Kᵀ: 16 × 64 per warp, as 8 accumulator tiles of 8 keys.
     float sc[8][4] = {};
+#pragma unroll
     for (int ks = 0; ks < D / 16; ++ks)
-      for (int nt = 0; nt < 8; ++nt) {
-        const T* key_row = k_tile + (nt * 8 + g) * kStride<D> + ks * 16 + 2 * c;
-        const uint32_t b[2] = {load_pair(key_row), load_pair(key_row + 8)};
-        mma_16816<T>(sc[nt], q_frag[ks], b);
+#pragma unroll
+      for (int pair = 0; pair < 4; ++pair) {
+        uint32_t b[2][2];
+        load_b_pair(b, k_tile, kStride<D>, pair * 16, ks * 16, lane);
+        mma_16816<T>(sc[2 * pair], q_frag[ks], b[0]);
+        mma_16816<T>(sc[2 * pair + 1], q_frag[ks], b[1]);
       }
 
     // Mask and the online softmax, row by row (a row's 64 scores sit in the 4 lanes of g).
     const int64_t j0 = tile * kTileRows;
+    const bool masked = tile_needs_mask(s, t0, j0);
+#pragma unroll
     for (int i = 0; i < 2; ++i) {
       float tile_max = -INFINITY;
+#pragma unroll
       for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
         for (int e = 2 * i; e < 2 * i + 2; ++e) {
           const int j = nt * 8 + 2 * c + (e & 1);
-          const bool seen = j0 + j < s.S && visible(s, query_pos[i], key_pos[stage][j]);
+          const bool seen =
+              !masked || (j0 + j < s.S && visible(s, query_pos[i], key_pos[stage][j]));
           sc[nt][e] = seen ? sc[nt][e] * s.scale_log2 : -INFINITY;
           tile_max = fmaxf(tile_max, sc[nt][e]);
         }
@@ -123,11 +127,14 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(ForwardArgs<T> 
       const float rescale = exp2f(row_max[i] - base);
       row_max[i] = new_max;
       row_sum[i] *= rescale;
+#pragma unroll
       for (int nt = 0; nt < D / 8; ++nt) {
         o[nt][2 * i] *= rescale;
         o[nt][2 * i + 1] *= rescale;
       }
+#pragma unroll
       for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
         for (int e = 2 * i; e < 2 * i + 2; ++e) {
           sc[nt][e] = exp2f(sc[nt][e] - base);
           row_sum[i] += sc[nt][e];
@@ -135,22 +142,25 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(ForwardArgs<T> 
     }
 
     // O += P·V, 16 keys per step: accumulator tiles 2kk and 2kk+1 are the A operand.
+#pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       const uint32_t p[4] = {pack_pair<T>(sc[2 * kk][0], sc[2 * kk][1]),
                              pack_pair<T>(sc[2 * kk][2], sc[2 * kk][3]),
                              pack_pair<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
                              pack_pair<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
-      const T* value_row = v_tile + (kk * 16 + (lane & 15)) * kStride<D>;
-      for (int nt = 0; nt < D / 8; ++nt) {
-        uint32_t b[2];
-        load_b_transposed(b, value_row + nt * 8);
-        mma_16816<T>(o[nt], p, b);
+#pragma unroll
+      for (int pair = 0; pair < D / 16; ++pair) {
+        uint32_t b[2][2];
+        load_b_pair_transposed(b, v_tile, kStride<D>, kk * 16, pair * 16, lane);
+        mma_16816<T>(o[2 * pair], p, b[0]);
+        mma_16816<T>(o[2 * pair + 1], p, b[1]);
       }
     }
     __syncthreads();  // the next iteration's load reuses this stage
   }
   wait_async<0>();  // a tile without visible keys never waited for its Q copy
 
+#pragma unroll
   for (int i = 0; i < 2; ++i) {
     float total = row_sum[i];
     total += __shfl_xor_sync(0xffffffffu, total, 1);
@@ -159,6 +169,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(ForwardArgs<T> 
     if (t >= s.T) continue;
     const float inverse = total > 0.0f ? 1.0f / total : 0.0f;  // no visible key: zeros
     T* out_row = a.out + (bh * s.T + t) * D + 2 * c;
+#pragma unroll
     for (int nt = 0; nt < D / 8; ++nt)
       *reinterpret_cast<uint32_t*>(out_row + nt * 8) =
           pack_pair<T>(o[nt][2 * i] * inverse, o[nt][2 * i + 1] * inverse);

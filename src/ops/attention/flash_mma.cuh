@@ -44,13 +44,6 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 #endif
 }
 
-// Two adjacent 16-bit elements of shared memory as one register (the lower address in the
-// low half, as the MMA fragments expect).
-template <class T>
-__device__ __forceinline__ uint32_t load_pair(const T* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
-}
-
 // Two F32 values rounded to T and packed into one register, lo in the low half.
 template <class T>
 __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
@@ -63,14 +56,60 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
   }
 }
 
-// The B operand of a 16×8 tile whose rows k live as rows of a row-major shared matrix:
-// B[k][n] = m[k][n0 + n] for k < 16, n < 8. Lanes 0..15 pass the address of row (lane % 16)
-// at column n0 (16-byte aligned); ldmatrix's transpose hands each lane its (2c, 2c+1; g) pair.
-__device__ __forceinline__ void load_b_transposed(uint32_t (&b)[2], const void* row_address) {
+// Four 8×8 matrices of 16-bit values from shared memory, lane l giving the address of one
+// 8-element row (16-byte aligned): lanes 8i..8i+7 the rows of matrix i. Each lane receives
+// (row l / 4, cols 2(l % 4), +1) of every matrix (transposed: (rows 2(l % 4), +1; col l / 4)).
+__device__ __forceinline__ void load_matrices(uint32_t (&r)[4], const void* row_address) {
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row_address));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
-               : "=r"(b[0]), "=r"(b[1])
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address));
+}
+__device__ __forceinline__ void load_matrices_transposed(uint32_t (&r)[4],
+                                                         const void* row_address) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row_address));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+// The A operand of rows [row0, row0 + 16) × cols [col0, col0 + 16) of a row-major shared
+// tile with `stride` elements per row: lanes 0..15 point at rows 0..15 (matrices 0 and 1:
+// cols 0..7), lanes 16..31 at the same rows, cols 8..15 (matrices 2 and 3).
+template <class T>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* tile, int stride, int row0,
+                                       int col0, int lane) {
+  // Lane groups 0..3 give matrices (rows 0..7, cols 0..7), (8..15, 0..7), (0..7, 8..15),
+  // (8..15, 8..15): the order of a[0..3].
+  load_matrices(a, tile + (row0 + (lane & 15)) * stride + col0 + (lane >> 4) * 8);
+}
+
+// B operands of two 8-column tiles, n-tiles 2p and 2p + 1, for B[k][n] = m[n0 + n][k0 + k]
+// (the rows of m are the n index, as K's rows are in Q·Kᵀ): b[0] for n-tile 2p, b[1] for
+// 2p + 1. Lane l points at row n0 + (l & 7) + 8·(l / 16), col k0 + 8·((l / 8) & 1).
+template <class T>
+__device__ __forceinline__ void load_b_pair(uint32_t (&b)[2][2], const T* tile, int stride, int n0,
+                                            int k0, int lane) {
+  uint32_t r[4];
+  load_matrices(
+      r, tile + (n0 + (lane & 7) + ((lane >> 4) << 3)) * stride + k0 + ((lane >> 3) & 1) * 8);
+  b[0][0] = r[0];
+  b[0][1] = r[1];
+  b[1][0] = r[2];
+  b[1][1] = r[3];
+}
+
+// B operands of two 8-column tiles for B[k][n] = m[k0 + k][n0 + n] (the rows of m are the
+// k index, as V's rows are in P·V): lane l points at row k0 + (l & 15), col n0 + 8·(l / 16).
+template <class T>
+__device__ __forceinline__ void load_b_pair_transposed(uint32_t (&b)[2][2], const T* tile,
+                                                       int stride, int k0, int n0, int lane) {
+  uint32_t r[4];
+  load_matrices_transposed(r, tile + (k0 + (lane & 15)) * stride + n0 + (lane >> 4) * 8);
+  b[0][0] = r[0];
+  b[0][1] = r[1];
+  b[1][0] = r[2];
+  b[1][1] = r[3];
 }
 
 // 16 bytes global → shared without passing through registers; with valid false the 16 bytes
