@@ -3,6 +3,8 @@
 
 #include <array>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "microllm/cuda/check.h"
@@ -158,6 +160,25 @@ void count_transfer(cudaMemcpyKind kind, size_t bytes) {
       break;
   }
 }
+
+namespace {
+// -1: not decided yet (MICROLLM_PROGRAMMATIC_LAUNCH decides at first use).
+std::atomic<int> g_programmatic_launch{-1};
+}  // namespace
+
+bool programmatic_launch() {
+  int value = g_programmatic_launch.load(std::memory_order_relaxed);
+  if (value < 0) {
+    const char* env = std::getenv("MICROLLM_PROGRAMMATIC_LAUNCH");
+    int expected = -1;
+    g_programmatic_launch.compare_exchange_strong(expected,
+                                                  env && std::strcmp(env, "0") == 0 ? 0 : 1);
+    value = g_programmatic_launch.load();
+  }
+  return value == 1;
+}
+
+void set_programmatic_launch(bool enabled) { g_programmatic_launch = enabled ? 1 : 0; }
 
 void count_synchronization() { ++g_counters.syncs; }
 void count_launch_check_synchronization() { ++g_counters.launch_check_syncs; }

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "../cuda/dependent_launch.cuh"
 #include "../cuda/indexer.h"
 #include "../cuda/kernel_utils.cuh"
 #include "microllm/core/tensor.h"
@@ -16,10 +17,12 @@ namespace microllm::ops::cuda_detail {
 using microllm::cuda::block_max;
 using microllm::cuda::block_sum;
 using microllm::cuda::ceil_div;
+using microllm::cuda::enter_dependent_grid;
 using microllm::cuda::from_float;
 using microllm::cuda::grid_for;
 using microllm::cuda::kVec;
 using microllm::cuda::kWarp;
+using microllm::cuda::launch_dependent;
 using microllm::cuda::make_indexer;
 using microllm::cuda::StridedIndexer;
 using microllm::cuda::to_float;

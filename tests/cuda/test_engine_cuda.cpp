@@ -7,7 +7,8 @@
 // gives the bits of eager decode (buckets 1, 4, 16 with padded rows, logprobs, mixed
 // sampling parameters, penalty rows that fall back to eager steps); an eager steady-state
 // decode step makes one host→device copy, one device→host copy, one host synchronization
-// and no allocation, a graph step one upload, one synchronization and no allocation.
+// and no allocation, a graph step one upload, one synchronization and no allocation;
+// programmatic dependent launch gives the bits of plain launches.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -332,6 +333,49 @@ TEST(EngineCuda, GraphDecodeGivesTheBitsOfEagerDecode) {
         EXPECT_EQ(graphs.ids, eager.ids) << where;
         EXPECT_EQ(graphs.logprobs, eager.logprobs) << where;
         EXPECT_EQ(graphs.top, eager.top) << where;
+      }
+    }
+}
+
+// Programmatic dependent launch lets each decode kernel start while the one before it
+// finishes (the GEMV loads weights before it waits); the tokens, log-probabilities and top
+// lists must be those of plain launches, in graphs and eagerly.
+TEST(EngineCuda, ProgrammaticLaunchGivesTheBitsOfPlainLaunch) {
+  MICROLLM_REQUIRE_CUDA();
+  struct Restore {
+    bool was = cuda::programmatic_launch();
+    ~Restore() { cuda::set_programmatic_launch(was); }
+  } restore;
+  for (model::Family family : kFamilies)
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      const ModelConfig c = cuda_config(family);
+      auto w = std::make_shared<const ModelWeights>(
+          ModelWeights::random(c, Device::cuda(0), dtype, 8, 0.1));
+      for (int64_t n : {1, 3, 6}) {  // GEMV steps (≤ 4 sequences) and GEMM steps
+        std::vector<std::vector<int32_t>> prompts;
+        std::vector<infer::SamplingParams> params;
+        for (int64_t i = 0; i < n; ++i) {
+          prompts.push_back(random_ids(3 + 17 * i, c.vocab_size, 300 + static_cast<uint64_t>(i)));
+          infer::SamplingParams p;
+          p.max_new_tokens = 12;
+          p.ignore_eos = true;
+          p.temperature = i % 2 == 0 ? 0.0f : 0.7f;
+          p.seed = 11 + static_cast<uint64_t>(i);
+          p.logprobs = i % 2 == 0 ? 2 : 0;
+          params.push_back(p);
+        }
+        const std::string where = std::string(dtype_name(dtype)) + " family " +
+                                  std::to_string(static_cast<int>(family)) + " batch " +
+                                  std::to_string(n);
+        for (bool graphs : {true, false}) {
+          cuda::set_programmatic_launch(true);
+          const Generated dependent = generate(w, prompts, params, graphs);
+          cuda::set_programmatic_launch(false);
+          const Generated plain = generate(w, prompts, params, graphs);
+          EXPECT_EQ(dependent.ids, plain.ids) << where << " graphs " << graphs;
+          EXPECT_EQ(dependent.logprobs, plain.logprobs) << where << " graphs " << graphs;
+          EXPECT_EQ(dependent.top, plain.top) << where << " graphs " << graphs;
+        }
       }
     }
 }

@@ -76,6 +76,15 @@ void synchronize(const Stream& stream);
 // True while `stream` is capturing a CUDA graph (also when that capture was invalidated).
 bool is_capturing(const Stream& stream);
 
+// Programmatic dependent launch (compute capability 9.0): the kernels launched through
+// launch_dependent (src/cuda/dependent_launch.cuh) may start while the kernel before them
+// in the stream is finishing, and wait on the device for its results. On by default; off
+// with MICROLLM_PROGRAMMATIC_LAUNCH=0 (read at first use) or set_programmatic_launch(false),
+// which give the same bits (the kernels run the same code in the same order, only sooner).
+// A CUDA graph keeps the setting it was captured with.
+bool programmatic_launch();
+void set_programmatic_launch(bool enabled);
+
 // Copies and host synchronizations made through microllm since start (or the last reset):
 // the backend's copies (Tensor::copy_from, to), pinned-buffer copies, checkpoint uploads,
 // Event::synchronize and synchronize(). Copies inside a captured CUDA graph count once, when

@@ -39,6 +39,7 @@ void dispatch_index(const Tensor& index, Fn&& fn) {
 template <class Word, class Index>
 __global__ void gather_rows_kernel(const Word* x, const Index* index, Word* out, int64_t outer,
                                    int64_t n, int64_t K, int64_t row_words) {
+  enter_dependent_grid();  // launched as a dependent grid
   const int64_t total = outer * K * row_words;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -54,11 +55,10 @@ template <class Word, class Index>
 void launch_gather(const Tensor& x, const Index* index, int64_t outer, int64_t n, int64_t K,
                    size_t row_bytes, const Tensor& out) {
   const int64_t row_words = static_cast<int64_t>(row_bytes / sizeof(Word));
-  gather_rows_kernel<Word, Index>
-      <<<grid_for(outer * K * row_words, kThreads), kThreads, 0, stream_of(out)>>>(
-          static_cast<const Word*>(x.raw_data()), index, static_cast<Word*>(out.raw_data()), outer,
-          n, K, row_words);
-  CUDA_CHECK_LAUNCH("gather_rows_kernel");
+  launch_dependent("gather_rows_kernel", gather_rows_kernel<Word, Index>,
+                   dim3(grid_for(outer * K * row_words, kThreads)), dim3(kThreads), 0,
+                   stream_of(out), static_cast<const Word*>(x.raw_data()), index,
+                   static_cast<Word*>(out.raw_data()), outer, n, K, row_words);
 }
 
 // dx[o][index[k]][i] += dout[o][k][i] with no atomics and a fixed order.

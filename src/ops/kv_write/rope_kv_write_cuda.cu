@@ -21,6 +21,7 @@ __global__ void rope_kv_write_kernel(RopeKvWriteShape s, const T* q, const T* k,
                                      const int32_t* positions, const float* inv_freq,
                                      const int32_t* slots, T* q_out, T* k_out, CacheT* k_cache,
                                      CacheT* v_cache) {
+  enter_dependent_grid();  // launched as a dependent grid
   const int64_t half = s.D / 2;
   const int64_t q_pairs = s.N * s.H * half, k_pairs = s.N * s.Hkv * half;
   const int64_t v_items = s.N * s.Hkv * s.D, total = q_pairs + k_pairs + v_items;
@@ -61,11 +62,11 @@ void launch(const RopeKvWriteShape& s, const Tensor& q, const Tensor& k, const T
             const Tensor& q_out, const Tensor& k_out, const Tensor& k_cache,
             const Tensor& v_cache) {
   const int64_t total = s.N * (s.H + s.Hkv) * (s.D / 2) + s.N * s.Hkv * s.D;
-  rope_kv_write_kernel<T, CacheT><<<grid_for(total, kThreads), kThreads, 0, stream_of(k_cache)>>>(
-      s, ptr<const T>(q), ptr<const T>(k), ptr<const T>(v), ptr<const int32_t>(positions),
-      ptr<const float>(inv_freq), ptr<const int32_t>(slot_mapping), ptr<T>(q_out), ptr<T>(k_out),
-      ptr<CacheT>(k_cache), ptr<CacheT>(v_cache));
-  CUDA_CHECK_LAUNCH("rope_kv_write_kernel");
+  launch_dependent("rope_kv_write_kernel", rope_kv_write_kernel<T, CacheT>,
+                   dim3(grid_for(total, kThreads)), dim3(kThreads), 0, stream_of(k_cache), s,
+                   ptr<const T>(q), ptr<const T>(k), ptr<const T>(v), ptr<const int32_t>(positions),
+                   ptr<const float>(inv_freq), ptr<const int32_t>(slot_mapping), ptr<T>(q_out),
+                   ptr<T>(k_out), ptr<CacheT>(k_cache), ptr<CacheT>(v_cache));
 }
 
 }  // namespace

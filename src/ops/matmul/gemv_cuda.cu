@@ -64,20 +64,29 @@ __global__ void __launch_bounds__(kThreads)
   const int per_slice = (groups + splits - 1) / splits;
   const int begin = slice * per_slice, end = min(groups, begin + per_slice);
   float acc[kParts][kRows] = {};
+  const uint4* w_rows[kParts];       // (K/V) each
+  const int64_t wn = n < N ? n : 0;  // warps past N load nothing
+  w_rows[0] = reinterpret_cast<const uint4*>(w + wn * K);
+  if constexpr (kSwiglu) w_rows[1] = reinterpret_cast<const uint4*>(w + (N + wn) * K);
+  uint4 wv[kParts][kLoads];  // one pass of loads, all issued before the first is used
+  auto load_pass = [&](int g0) {
+#pragma unroll
+    for (int p = 0; p < kParts; ++p)
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        const int g = g0 + u * kWarp;
+        wv[p][u] = g < end ? __ldcs(w_rows[p] + g) : make_uint4(0, 0, 0, 0);
+      }
+  };
+  // The first pass of W is loaded before the wait for the previous kernel (W is a weight,
+  // which no kernel of the step writes): with programmatic launch it streams in while that
+  // kernel finishes.
+  if (n < N) load_pass(begin + lane);
+  enter_dependent_grid();
   if (n < N) {  // no early return: the whole block meets at __syncthreads below
     const uint4* x_groups = reinterpret_cast<const uint4*>(x);  // (M, K/V)
-    const uint4* w_rows[kParts];                                // (K/V) each
-    w_rows[0] = reinterpret_cast<const uint4*>(w + n * K);
-    if constexpr (kSwiglu) w_rows[1] = reinterpret_cast<const uint4*>(w + (N + n) * K);
     for (int g0 = begin + lane; g0 < end; g0 += kWarp * kLoads) {
-      uint4 wv[kParts][kLoads];  // all loads issued before the first is used
-#pragma unroll
-      for (int p = 0; p < kParts; ++p)
-#pragma unroll
-        for (int u = 0; u < kLoads; ++u) {
-          const int g = g0 + u * kWarp;
-          wv[p][u] = g < end ? __ldcs(w_rows[p] + g) : make_uint4(0, 0, 0, 0);
-        }
+      if (g0 != begin + lane) load_pass(g0);
 #pragma unroll
       for (int u = 0; u < kLoads; ++u) {
         const int g = g0 + u * kWarp;
@@ -153,15 +162,10 @@ void gemv_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const 
     const T* b = bias.defined() ? ptr<const T>(bias) : nullptr;
     dispatch_rows(M, [&](auto rows) {
       constexpr int kRows = decltype(rows)::value;
-      if (swiglu)
-        gemv_kernel<T, kRows, true><<<blocks, kThreads, 0, stream>>>(
-            ptr<const T>(x), ptr<const T>(weight), nullptr, ptr<T>(out), static_cast<int>(M),
-            static_cast<int>(N), static_cast<int>(K), splits);
-      else
-        gemv_kernel<T, kRows, false><<<blocks, kThreads, 0, stream>>>(
-            ptr<const T>(x), ptr<const T>(weight), b, ptr<T>(out), static_cast<int>(M),
-            static_cast<int>(N), static_cast<int>(K), splits);
-      CUDA_CHECK_LAUNCH("gemv_kernel");
+      const auto kernel = swiglu ? gemv_kernel<T, kRows, true> : gemv_kernel<T, kRows, false>;
+      launch_dependent("gemv_kernel", kernel, dim3(blocks), dim3(kThreads), 0, stream,
+                       ptr<const T>(x), ptr<const T>(weight), swiglu ? nullptr : b, ptr<T>(out),
+                       static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), splits);
     });
   });
 }

@@ -177,6 +177,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float q_rows[kWarps][kD];        // the block's query rows in F32
   __shared__ float k_tile[kKeyTile][kD + 1];  // +1: lane j reads row j without bank conflicts
   __shared__ float v_tile[kKeyTile][kD + 1];
+  enter_dependent_grid();  // launched as a dependent grid
   const int n = blockIdx.x;
   const int kv = blockIdx.y / s.head_blocks;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -229,6 +230,7 @@ template <class T, int kD>
 __global__ void __launch_bounds__(kThreads)
     paged_attention_combine_kernel(Dims s, const int32_t* query_starts, const int32_t* seq_lens,
                                    const float* workspace, T* out) {
+  enter_dependent_grid();  // launched as a dependent grid
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;  // (n, h) over (N, H)
   if (row >= static_cast<int64_t>(s.N) * s.H) return;  // no block-wide synchronization below
@@ -312,11 +314,11 @@ void paged_attention_cuda(const PagedAttentionPlan& p, const Tensor& q, const Te
         using CacheT = decltype(cache_tag);
         const dim3 grid(static_cast<unsigned>(s.N), static_cast<unsigned>(s.Hkv * s.head_blocks),
                         s.split ? static_cast<unsigned>(s.num_splits) : 1u);
-        paged_attention_kernel<T, CacheT, kD><<<grid, kThreads, 0, stream>>>(
-            s, ptr<const T>(q), ptr<const CacheT>(k_cache), ptr<const CacheT>(v_cache),
-            ptr<const int32_t>(query_starts), ptr<const int32_t>(seq_lens),
-            ptr<const int32_t>(block_tables), ptr<T>(out), ws);
-        CUDA_CHECK_LAUNCH("paged_attention_kernel");
+        launch_dependent("paged_attention_kernel", paged_attention_kernel<T, CacheT, kD>, grid,
+                         dim3(kThreads), 0, stream, s, ptr<const T>(q), ptr<const CacheT>(k_cache),
+                         ptr<const CacheT>(v_cache), ptr<const int32_t>(query_starts),
+                         ptr<const int32_t>(seq_lens), ptr<const int32_t>(block_tables),
+                         ptr<T>(out), ws);
       };
       // The cache dtype was checked on the host: f32 or bf16.
       if (k_cache.dtype() == DType::F32)
@@ -325,10 +327,10 @@ void paged_attention_cuda(const PagedAttentionPlan& p, const Tensor& q, const Te
         launch(__nv_bfloat16{});
       if (s.split) {
         const int64_t rows = static_cast<int64_t>(s.N) * s.H;
-        paged_attention_combine_kernel<T, kD>
-            <<<static_cast<unsigned>(ceil_div(rows, kWarps)), kThreads, 0, stream>>>(
-                s, ptr<const int32_t>(query_starts), ptr<const int32_t>(seq_lens), ws, ptr<T>(out));
-        CUDA_CHECK_LAUNCH("paged_attention_combine_kernel");
+        launch_dependent("paged_attention_combine_kernel", paged_attention_combine_kernel<T, kD>,
+                         dim3(static_cast<unsigned>(ceil_div(rows, kWarps))), dim3(kThreads), 0,
+                         stream, s, ptr<const int32_t>(query_starts), ptr<const int32_t>(seq_lens),
+                         static_cast<const float*>(ws), ptr<T>(out));
       }
     });
   });

@@ -107,6 +107,7 @@ __global__ void rms_norm_forward_kernel(const T* x, const T* residual, const T* 
                                         bool vec) {
   constexpr int W = kVec<T>;
   __shared__ float scratch[kWarp];
+  enter_dependent_grid();  // launched as a dependent grid (decode steps)
   const int64_t groups = (C + W - 1) / W;
   const bool one_group = groups <= blockDim.x;  // uniform over the block
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -281,12 +282,11 @@ void launch_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& 
     const bool add = residual.defined();
     bool vec = C % kVec<T> == 0 && aligned16({x.raw_data(), weight.raw_data(), y.raw_data()});
     if (add) vec = vec && aligned16({residual.raw_data(), sum.raw_data()});
-    rms_norm_forward_kernel<T>
-        <<<grid_for(rows, 1), norm_threads(ceil_div(C, kVec<T>)), 0, stream_of(x)>>>(
-            ptr<const T>(x), add ? ptr<const T>(residual) : nullptr, ptr<const T>(weight),
-            static_cast<float>(eps), add ? ptr<T>(sum) : nullptr, ptr<T>(y),
-            rstd.defined() ? ptr<float>(rstd) : nullptr, rows, C, vec);
-    CUDA_CHECK_LAUNCH("rms_norm_forward_kernel");
+    launch_dependent("rms_norm_forward_kernel", rms_norm_forward_kernel<T>, dim3(grid_for(rows, 1)),
+                     dim3(norm_threads(ceil_div(C, kVec<T>))), 0, stream_of(x), ptr<const T>(x),
+                     add ? ptr<const T>(residual) : nullptr, ptr<const T>(weight),
+                     static_cast<float>(eps), add ? ptr<T>(sum) : nullptr, ptr<T>(y),
+                     rstd.defined() ? ptr<float>(rstd) : nullptr, rows, C, vec);
   });
 }
 

@@ -39,6 +39,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float scratch[kWarp];
   __shared__ float best_v[kWarp];
   __shared__ int best_i[kWarp];
+  enter_dependent_grid();  // launched as a dependent grid
   const int64_t b = blockIdx.x;
   const T* row = logits + b * vocab;  // (V)
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -91,16 +92,15 @@ void logprobs_rows_cuda(const Tensor& logits, const Tensor& ids, const Tensor& o
   int32_t* tid = n ? ptr<int32_t>(top_ids) : nullptr;
   float* tlp = n ? ptr<float>(top_logprobs) : nullptr;
   const cudaStream_t stream = stream_of(logits);
-  if (logits.dtype() == DType::BF16) {
-    logprobs_kernel<__nv_bfloat16><<<static_cast<unsigned>(batch), kThreads, 0, stream>>>(
-        ptr<const __nv_bfloat16>(logits), vocab, ptr<const int32_t>(ids), ptr<float>(out_logprobs),
-        tid, tlp, n);
-  } else {
-    logprobs_kernel<float><<<static_cast<unsigned>(batch), kThreads, 0, stream>>>(
-        ptr<const float>(logits), vocab, ptr<const int32_t>(ids), ptr<float>(out_logprobs), tid,
-        tlp, n);
-  }
-  CUDA_CHECK_LAUNCH("logprobs_kernel");
+  if (logits.dtype() == DType::BF16)
+    launch_dependent("logprobs_kernel", logprobs_kernel<__nv_bfloat16>,
+                     dim3(static_cast<unsigned>(batch)), dim3(kThreads), 0, stream,
+                     ptr<const __nv_bfloat16>(logits), vocab, ptr<const int32_t>(ids),
+                     ptr<float>(out_logprobs), tid, tlp, n);
+  else
+    launch_dependent("logprobs_kernel", logprobs_kernel<float>, dim3(static_cast<unsigned>(batch)),
+                     dim3(kThreads), 0, stream, ptr<const float>(logits), vocab,
+                     ptr<const int32_t>(ids), ptr<float>(out_logprobs), tid, tlp, n);
 }
 
 }  // namespace microllm::ops

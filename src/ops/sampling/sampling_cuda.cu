@@ -309,6 +309,7 @@ __global__ void __launch_bounds__(kThreads)
     sample_rows_kernel(const T* logits, int64_t vocab, ParamPointers p, int32_t* out_ids,
                        float* out_scores, float* out_probs) {
   __shared__ SharedState s;
+  enter_dependent_grid();  // launched as a dependent grid
   const int64_t b = blockIdx.x;
   const Row<T> row{logits + b * vocab, vocab, p.temperature[b]};
   int32_t* out_id = out_ids ? out_ids + b : nullptr;
@@ -396,14 +397,14 @@ void sample_rows_cuda(const Tensor& logits, const SamplingTensors& params, const
   float* scores = out_scores.defined() ? ptr<float>(out_scores) : nullptr;
   float* probs = out_probs.defined() ? ptr<float>(out_probs) : nullptr;
   const cudaStream_t stream = stream_of(logits);
-  if (logits.dtype() == DType::BF16) {
-    sample_rows_kernel<__nv_bfloat16><<<static_cast<unsigned>(batch), kThreads, 0, stream>>>(
-        ptr<const __nv_bfloat16>(logits), vocab, p, ids, scores, probs);
-  } else {
-    sample_rows_kernel<float><<<static_cast<unsigned>(batch), kThreads, 0, stream>>>(
-        ptr<const float>(logits), vocab, p, ids, scores, probs);
-  }
-  CUDA_CHECK_LAUNCH("sample_rows_kernel");
+  if (logits.dtype() == DType::BF16)
+    launch_dependent("sample_rows_kernel", sample_rows_kernel<__nv_bfloat16>,
+                     dim3(static_cast<unsigned>(batch)), dim3(kThreads), 0, stream,
+                     ptr<const __nv_bfloat16>(logits), vocab, p, ids, scores, probs);
+  else
+    launch_dependent("sample_rows_kernel", sample_rows_kernel<float>,
+                     dim3(static_cast<unsigned>(batch)), dim3(kThreads), 0, stream,
+                     ptr<const float>(logits), vocab, p, ids, scores, probs);
 }
 
 }  // namespace microllm::ops

@@ -1,0 +1,56 @@
+// Programmatic dependent launch (compute capability 9.0, CUDA graphs included): a kernel
+// launched through launch_dependent may be scheduled while the kernel before it in the
+// stream is still running, so its launch, its block setup and whatever it can do without
+// that kernel's results (the decode GEMV's first weight loads) overlap the predecessor's
+// tail. The decode step is a chain of short kernels, so these gaps are much of its time.
+//
+// The contract, kept by every kernel launched this way:
+//   - enter_dependent_grid() comes before anything that reads memory an earlier kernel of
+//     the stream wrote and before any store; it waits until the previous grid has completed
+//     and its stores are visible, then lets the next grid be scheduled;
+//   - code before it reads only memory that no kernel writes while a step runs (weights).
+// Since each grid lets its successor start only after its own wait returned, at most two
+// grids of a chain are resident at once, and the grid two back has always completed.
+// A kernel without the attribute (programmatic_launch() off, or a plain <<<>>> launch)
+// waits for its predecessor as usual; the device instructions are then no-ops.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "microllm/cuda/check.h"
+#include "microllm/cuda/runtime.h"
+
+namespace microllm::cuda {
+
+// Device: every thread of the block calls it once, at the same point.
+__device__ __forceinline__ void enter_dependent_grid() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// Host: kernel<<<grid, block, shared_bytes, stream>>>(args...), with the programmatic
+// stream serialization attribute when programmatic_launch() is on. `name` is for errors.
+template <class... Params, class... Args>
+void launch_dependent(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block,
+                      size_t shared_bytes, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = programmatic_launch() ? 1 : 0;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();  // clear it, so the next launch check does not report it again
+    detail::throw_cuda_error(status, name, __FILE__, __LINE__);
+  }
+  detail::check_launch(name, __FILE__, __LINE__);
+}
+
+}  // namespace microllm::cuda
