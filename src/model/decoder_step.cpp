@@ -3,6 +3,8 @@
 #include "microllm/model/decoder_step.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "microllm/core/arena.h"
 #include "microllm/ops/ops.h"
@@ -67,7 +69,11 @@ struct DecoderStep::Workspace {
 };
 
 DecoderStep::DecoderStep(const ModelWeights& weights, StepLimits limits)
-    : weights_(weights), limits_(limits), ws_(std::make_shared<Workspace>()) {
+    : weights_(weights),
+      limits_(limits),
+      fuse_decode_(!std::getenv("MICROLLM_DECODE_FUSION") ||
+                   std::strcmp(std::getenv("MICROLLM_DECODE_FUSION"), "0") != 0),
+      ws_(std::make_shared<Workspace>()) {
   MICROLLM_CHECK(limits.max_tokens > 0 && limits.max_seqs > 0 && limits.max_blocks_per_seq > 0 &&
                      limits.block_size > 0,
                  "DecoderStep", "limits must be positive, found max_tokens ", limits.max_tokens,
@@ -85,6 +91,8 @@ DecoderStep::DecoderStep(const ModelWeights& weights, StepLimits limits)
   ws_->take_all(planner, c, limits, weights.dtype(), attention_bytes);
   ws_->arena = Arena(planner.used(), weights.device());
   ws_->take_all(ws_->arena, c, limits, weights.dtype(), attention_bytes);
+  // paged_attention's split counters start at zero (each call leaves them so).
+  if (ws_->attention_scratch.defined()) ws_->attention_scratch.fill(0.0);
 }
 
 int64_t DecoderStep::workspace_bytes() const { return ws_->arena.capacity(); }
@@ -121,6 +129,12 @@ Tensor DecoderStep::forward(
                           c.hidden_size) &&
       ops::gemv_supported(weights_.device(), weights_.dtype(), batch.num_decode_rows, F);
   const int64_t Nd = gemv ? std::min(batch.num_decode_rows, N) : 0;
+  // A step of decode rows only: the norms ride in the GEMVs' prologues and the residual adds
+  // in their epilogues (the same bits, gemv_out's GemvFusion). An observer sees every
+  // intermediate, so it gets the unfused operators.
+  const bool fused =
+      fuse_decode_ && Nd == N && !observe &&
+      ops::gemv_norm_supported(weights_.device(), weights_.dtype(), N, c.hidden_size);
   auto project = [&](const Tensor& in, const Tensor& w, const Tensor& bias, const Tensor& out) {
     if (Nd > 0) ops::gemv_out(rows(in, Nd), w, bias, rows(out, Nd));
     if (Nd < N) ops::linear_out(rows_from(in, Nd, N - Nd), w, bias, rows_from(out, Nd, N - Nd));
@@ -140,28 +154,48 @@ Tensor DecoderStep::forward(
   const Tensor k_part = qkv.narrow(1, qd, kvd).view({N, Hkv, D});        // (N, Hkv, D)
   const Tensor v_part = qkv.narrow(1, qd + kvd, kvd).view({N, Hkv, D});  // (N, Hkv, D)
 
+  auto norm_of = [&](const Tensor& weight) {
+    ops::GemvFusion f;
+    f.norm_weight = weight;
+    f.norm_eps = eps;
+    return f;
+  };
+  ops::GemvFusion add_to_x;  // x += the product
+  add_to_x.residual = x;
   ops::embedding_out(weights_.embed(), ids, x);
   emit("embedding", x);
-  ops::rms_norm_out(x, weights_.layers()[0].input_norm, eps, h);
+  if (!fused) ops::rms_norm_out(x, weights_.layers()[0].input_norm, eps, h);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const LayerWeights& w = weights_.layers()[static_cast<size_t>(i)];
     emit_layer(i, "input", x);
     emit_layer(i, "attn.norm", h);
-    project(h, w.qkv, w.qkv_bias, qkv);
     const LayerKv& cache = kv[static_cast<size_t>(i)];
-    // RoPE on q and k at each row's position (each row is its own T = 1), and k, v into the
-    // cache at the slots, in one pass; qwen3 normalizes q and k over D first.
-    if (c.qk_norm) {
-      const Tensor q_raw = rows(ws.q_raw, N), k_raw = rows(ws.k_raw, N);
-      ops::cast_out(q_part, q_raw);  // dense copies for the row norm
-      ops::cast_out(k_part, k_raw);
-      ops::rms_norm_out(q_raw, w.q_norm, eps, q);
-      ops::rms_norm_out(k_raw, w.k_norm, eps, k);
-      ops::rope_kv_write(q, k, v_part, positions, weights_.inv_freq(), slots, q, k, cache.k,
-                         cache.v);
+    if (fused && !c.qk_norm) {
+      // One GEMV: the norm in its prologue; RoPE on q and k and k, v into the cache in its
+      // epilogue (the bits of the separate path below).
+      ops::GemvFusion qkv_rope = norm_of(w.input_norm);
+      qkv_rope.epilogue = ops::GemvEpilogue::rope_kv_write;
+      qkv_rope.rope = {positions, weights_.inv_freq(), slots, q, k, cache.k, cache.v};
+      ops::gemv_out(x, w.qkv, w.qkv_bias, Tensor(), qkv_rope);
     } else {
-      ops::rope_kv_write(q_part, k_part, v_part, positions, weights_.inv_freq(), slots, q, k,
-                         cache.k, cache.v);
+      if (fused)
+        ops::gemv_out(x, w.qkv, w.qkv_bias, qkv, norm_of(w.input_norm));
+      else
+        project(h, w.qkv, w.qkv_bias, qkv);
+      // RoPE on q and k at each row's position (each row is its own T = 1), and k, v into
+      // the cache at the slots, in one pass; qwen3 normalizes q and k over D first.
+      if (c.qk_norm) {
+        const Tensor q_raw = rows(ws.q_raw, N), k_raw = rows(ws.k_raw, N);
+        ops::cast_out(q_part, q_raw);  // dense copies for the row norm
+        ops::cast_out(k_part, k_raw);
+        ops::rms_norm_out(q_raw, w.q_norm, eps, q);
+        ops::rms_norm_out(k_raw, w.k_norm, eps, k);
+        ops::rope_kv_write(q, k, v_part, positions, weights_.inv_freq(), slots, q, k, cache.k,
+                           cache.v);
+      } else {
+        ops::rope_kv_write(q_part, k_part, v_part, positions, weights_.inv_freq(), slots, q, k,
+                           cache.k, cache.v);
+      }
     }
     emit_layer(i, "attn.q", q);
     emit_layer(i, "attn.k", k);
@@ -169,6 +203,14 @@ Tensor DecoderStep::forward(
     ops::paged_attention(q, cache.k, cache.v, rows(batch.query_starts, B + 1),
                          rows(batch.seq_lens, B), rows(batch.block_tables, B), scale, max_seq_len,
                          attn, ws.attention_scratch);
+    if (fused) {
+      ops::gemv_out(attn.view({N, qd}), w.o_proj, Tensor(), x, add_to_x);
+      ops::GemvFusion gate_up = norm_of(w.post_norm);
+      gate_up.epilogue = ops::GemvEpilogue::swiglu;
+      ops::gemv_out(x, w.gate_up, Tensor(), act, gate_up);
+      ops::gemv_out(act, w.down, Tensor(), x, add_to_x);
+      continue;
+    }
     project(attn.view({N, qd}), w.o_proj, Tensor(), attn_out);
     emit_layer(i, "attn.out", attn_out);
     ops::add_rms_norm_out(x, attn_out, w.post_norm, eps, x, h);  // x += attn_out; h = norm(x)
@@ -197,6 +239,7 @@ Tensor DecoderStep::forward(
     ops::add_rms_norm_out(x, mlp_out, next_norm, eps, x, h);
     emit_layer(i, "output", x);
   }
+  if (fused) ops::rms_norm_out(x, weights_.final_norm(), eps, h);
   emit("final_norm", h);
   // The LM head reads only each sequence's last new token.
   const Tensor last = rows(ws.last, B);      // (B, C)

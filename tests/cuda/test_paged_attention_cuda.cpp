@@ -256,7 +256,7 @@ TEST(CudaPagedAttention, DeterministicWithoutAllocationsCopiesOrSynchronizations
   const int64_t bytes =
       ops::paged_attention_workspace_bytes(mixed.q.size(0), h.H, h.Hkv, h.D, 2048);
   ASSERT_GT(bytes, 0);
-  const Tensor workspace = Tensor::empty({bytes / 4}, DType::F32, kGpu);  // shared by both steps
+  const Tensor workspace = Tensor::zeros({bytes / 4}, DType::F32, kGpu);  // shared by both steps
   const Tensor out_decode = Tensor::empty(decode.q.shape(), DType::BF16, kGpu);
   const Tensor out_mixed = Tensor::empty(mixed.q.shape(), DType::BF16, kGpu);
   const Tensor first_decode = Tensor::empty(decode.q.shape(), DType::BF16, kGpu);

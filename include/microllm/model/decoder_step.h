@@ -21,6 +21,14 @@
 // flattened shapes (N, ...) instead of (B, T, ...); an observer sees workspace views that
 // later operators overwrite (the residual stream is updated in place), so it copies what it
 // keeps. CPU steps compute in F32 (or F64); CUDA steps in F32, BF16 or F16.
+//
+// On CUDA, a step of at most 4 sequences runs its decode rows through the GEMV; when every
+// row is a decode row and nobody observes, the norms run inside the GEMVs (prologue) and the
+// residual adds in their epilogues: per layer the QKV GEMV (norm; RoPE and the KV write in
+// its epilogue, but for qwen3's QK-norm), attention, the O GEMV (+ x), the gate/up GEMV
+// (norm, SwiGLU) and the down GEMV (+ x), with the bits of the unfused operators an
+// observer sees. MICROLLM_DECODE_FUSION=0 (read at construction) keeps the unfused
+// operators, for measurements.
 #pragma once
 
 #include <functional>
@@ -56,6 +64,7 @@ class DecoderStep {
  private:
   const ModelWeights& weights_;
   StepLimits limits_;
+  bool fuse_decode_;  // the fused decode layer (MICROLLM_DECODE_FUSION=0 turns it off)
   struct Workspace;
   std::shared_ptr<Workspace> ws_;
 };

@@ -31,11 +31,45 @@ void linear_out(const Tensor& x, const Tensor& weight, const Tensor& bias, const
 // CPU: f32/f64 (a plain loop, the reference); CUDA: f32, bf16, f16 with in a multiple of
 // 16 bytes of elements and 16-byte aligned x, weight, y. No autograd, no allocation.
 inline constexpr int64_t kGemvMaxRows = 8;
-enum class GemvEpilogue { none, swiglu };
+enum class GemvEpilogue { none, swiglu, rope_kv_write };
 void gemv_out(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
               GemvEpilogue epilogue = GemvEpilogue::none);
 // True when gemv_out takes x (rows, in) of `dtype` on `device` against a weight of width in.
 bool gemv_supported(Device device, DType dtype, int64_t rows, int64_t in);
+
+// What the decode GEMV does around the product, so a transformer layer's decode rows need
+// no separate norm or residual kernels. Each part gives the bits of the unfused operators:
+//   norm_weight (in) defined: x is first replaced by rms_norm(x, norm_weight, norm_eps)
+//     rounded as rms_norm_out rounds (the same F32 sum of squares, in the same order), in
+//     the kernel: the normalized rows are never stored;
+//   residual (M, out) defined: out = residual + (x·Wᵀ + bias), rounded as
+//     add_out(residual, linear_out(...)) rounds: the product to x's dtype, then the sum;
+//     residual may be out itself (in place) but not x; only with GemvEpilogue::none;
+//   GemvEpilogue::rope_kv_write: weight is the fused QKV matrix (H·D + 2·Hkv·D, in) and
+//     out undefined; the product's q, k and v parts (rounded to x's dtype, + bias) go where
+//     ops::rope_kv_write puts them (kv_write.h: q and k rotated at their row's position
+//     into q_out and k_out, k and v into the cache slots), with its bits; the product
+//     itself is not stored. H, Hkv and D come from q_out and the caches.
+struct GemvRopeKvWrite {
+  Tensor positions;         // (M) i32
+  Tensor inv_freq;          // (D/2) f32
+  Tensor slot_mapping;      // (M) i32, −1: not written to the cache
+  Tensor q_out;             // (M, H, D) dense, x's dtype
+  Tensor k_out;             // (M, Hkv, D) dense, x's dtype
+  Tensor k_cache, v_cache;  // (NB, BS, Hkv, D) f32 or bf16
+};
+struct GemvFusion {
+  GemvEpilogue epilogue = GemvEpilogue::none;
+  Tensor norm_weight;
+  double norm_eps = 0.0;
+  Tensor residual;
+  GemvRopeKvWrite rope;  // GemvEpilogue::rope_kv_write only
+};
+void gemv_out(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+              const GemvFusion& fusion);
+// True when gemv_out takes x (rows, in) with a norm prologue (on CUDA the normalized rows
+// live in shared memory: at most 48 KB of them, and at most 1,024 16-byte groups per row).
+bool gemv_norm_supported(Device device, DType dtype, int64_t rows, int64_t in);
 
 // The reference: three plain loops in F64, no BLAS, no autograd. Same shape rules.
 Tensor matmul_naive(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);

@@ -35,14 +35,17 @@ namespace microllm::ops {
 //   the tighter it is, the less idle work a decode step launches;
 // out (N, H, D) q's dtype, overwritten; q and out may have strided rows ((H, D) rows dense);
 // workspace: dense f32 of at least paged_attention_workspace_bytes(N, H, Hkv, D, max_seq_len)
-//   bytes (undefined when that is 0), preallocated once by the caller. All on one device.
+//   bytes (undefined when that is 0), preallocated once by the caller and zero-filled before
+//   its first use (its tail holds the split blocks' counters; every call leaves them zero).
+//   All on one device.
 void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      const Tensor& query_starts, const Tensor& seq_lens, const Tensor& block_tables,
                      double scale, int64_t max_seq_len, const Tensor& out, const Tensor& workspace);
 
 // Bytes of F32 workspace that every paged_attention call with at most max_tokens rows and a
 // max_seq_len of at most `max_seq_len` needs (the same on every device): the split-K partial
-// maxima, sums and outputs of the steps with few rows. 0 when no such call splits.
+// maxima, sums and outputs of the steps with few rows and their counters. 0 when no such
+// call splits.
 int64_t paged_attention_workspace_bytes(int64_t max_tokens, int64_t H, int64_t Hkv, int64_t D,
                                         int64_t max_seq_len);
 

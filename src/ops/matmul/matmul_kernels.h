@@ -2,6 +2,7 @@
 #pragma once
 
 #include "microllm/core/tensor.h"
+#include "microllm/ops/matmul.h"
 
 namespace microllm::ops {
 
@@ -41,9 +42,15 @@ void add_bias_rows_cpu(const Tensor& out, const Tensor& bias);
 // undefined, out (M, N) [(M, F)], all dense, validated; M ≤ kGemvMaxRows.
 void gemv_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
               bool swiglu);
+// The norm prologue on CUDA keeps the M normalized rows in shared memory: at most this many
+// bytes of them, and rows of at most as many 16-byte groups as one RMSNorm block has threads.
+inline constexpr int64_t kGemvNormMaxBytes = 40 * 1024;  // + static shared < 48 KB
+inline constexpr int64_t kGemvNormMaxGroups = 1024;
 #if MICROLLM_WITH_CUDA
+// The fused form on CUDA (the CPU composes the unfused operators, see gemv.cpp); the norm
+// weight and residual validated against x and out.
 void gemv_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
-               bool swiglu);
+               const GemvFusion& fusion);
 #endif
 
 #if MICROLLM_WITH_CUDA

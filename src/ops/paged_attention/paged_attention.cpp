@@ -46,7 +46,10 @@ PagedAttentionPlan plan_paged_attention(int64_t N, int64_t H, int64_t Hkv, int64
                      ? std::clamp<int64_t>(kPagedSplitMaxBlocks / std::max<int64_t>(row_blocks, 1),
                                            1, p.num_chunks)
                      : 1;
-  p.workspace_floats = p.split ? N * H * p.num_chunks * (D + 2) : 0;
+  // The counters (one u32 per (row, head block) of any split grid: fewer than
+  // kPagedSplitBelowBlocks, at a place no plan moves), then the partials (D + 2 floats per
+  // chunk of each query row).
+  p.workspace_floats = p.split ? kPagedSplitBelowBlocks + N * H * p.num_chunks * (D + 2) : 0;
   return p;
 }
 

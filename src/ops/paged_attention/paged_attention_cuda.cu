@@ -10,12 +10,15 @@
 // each warp scores the tile with one lane per key, updates its running max and sum and accumulates
 // P·V with lanes over the head dim. Per chunk the state (m, l, o) starts afresh; a single pass
 // folds the chunks into the row's total with fold(), split mode writes each chunk's state to the
-// workspace and the combine kernel folds them in the same order. The chunk code is shared
-// and fold() rounds explicitly (no contraction), so both modes give the same bits and a
-// row's result never depends on the rest of the step.
+// workspace and the last of a row's partial blocks to finish (a counter per (row, head
+// block)) folds them in the same order. The chunk code is shared and fold() rounds
+// explicitly (no contraction), so both modes give the same bits, whichever block comes last,
+// and a row's result never depends on the rest of the step.
 // Layout: q, out (N, H, D) rows at q_row_stride / out_row_stride; caches (NB, BS, Hkv, D);
-// workspace: partial outputs (N, H, chunks, D) then (m, l) pairs (N, H, chunks, 2), F32.
-// No atomics: every output element has one writer.
+// workspace: the counters (N, Hkv · head_blocks) u32 in its first kPagedSplitBelowBlocks
+// words (zero between calls), then partial outputs (N, H, chunks, D) and (m, l) pairs
+// (N, H, chunks, 2), F32. Every output element has one writer; the only atomic is the
+// counter's increment.
 #include <cmath>
 #include <type_traits>
 
@@ -32,7 +35,7 @@ constexpr int kThreads = kWarps * kWarp;
 constexpr int kKeyTile = kWarp;  // keys per shared-memory tile: one per lane for the scores
 constexpr int kChunk = static_cast<int>(kPagedChunkKeys);
 static_assert(kChunk % kKeyTile == 0, "a chunk is a whole number of tiles");
-constexpr int kCombinePrefetch = 8;  // chunk partials the combine kernel loads at once
+constexpr int kCombinePrefetch = 8;  // chunk partials the fold of split mode loads at once
 
 // The plan as the kernels read it.
 struct Dims {
@@ -167,13 +170,47 @@ __device__ void chunk_state(const Dims& s, const CacheT* k_cache, const CacheT* 
   }
 }
 
+// Split mode: folds the `chunks` partials of query row (n, h) = row in chunk order and
+// stores the normalized output. Called by one warp; the partials come from other blocks, so
+// they are read from L2 (__ldcg), past this SM's L1.
+template <class T, int kD>
+__device__ void fold_partials(const Dims& s, int64_t row, int chunks, const float* workspace,
+                              T* out_row, int lane) {
+  const float* stats = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD;
+  SoftmaxState<kD> total;
+  total.reset();
+  // The loads of kCombinePrefetch chunks are issued together (they do not depend on the
+  // fold), then folded one by one in chunk order: one memory latency per group of chunks.
+  for (int c0 = 0; c0 < chunks; c0 += kCombinePrefetch) {
+    SoftmaxState<kD> part[kCombinePrefetch];
+#pragma unroll
+    for (int j = 0; j < kCombinePrefetch; ++j) {
+      if (c0 + j >= chunks) break;
+      const int64_t slot = partial_slot(s, row, c0 + j);
+      part[j].m = __ldcg(stats + slot * 2);
+      part[j].l = __ldcg(stats + slot * 2 + 1);
+#pragma unroll
+      for (int i = 0; i < SoftmaxState<kD>::kPerLane; ++i)
+        part[j].o[i] = __ldcg(workspace + slot * kD + lane + i * kWarp);
+    }
+#pragma unroll
+    for (int j = 0; j < kCombinePrefetch; ++j) {
+      if (c0 + j >= chunks) break;
+      total.fold(part[j]);
+    }
+  }
+  total.store(out_row, lane);
+}
+
 // Partial kernel: single pass (grid z = 1, folds every chunk and writes out) or split mode
-// (grid z = num_splits, block z writes the partials of chunks z, z + num_splits, ...).
+// (grid z = num_splits, block z writes the partials of chunks z, z + num_splits, ...; the
+// row's last block to finish folds them).
 template <class T, class CacheT, int kD>
 __global__ void __launch_bounds__(kThreads)
     paged_attention_kernel(Dims s, const T* q, const CacheT* k_cache, const CacheT* v_cache,
                            const int32_t* query_starts, const int32_t* seq_lens,
-                           const int32_t* block_tables, T* out, float* workspace) {
+                           const int32_t* block_tables, T* out, float* workspace,
+                           unsigned* counters) {
   __shared__ float q_rows[kWarps][kD];        // the block's query rows in F32
   __shared__ float k_tile[kKeyTile][kD + 1];  // +1: lane j reads row j without bank conflicts
   __shared__ float v_tile[kKeyTile][kD + 1];
@@ -184,7 +221,9 @@ __global__ void __launch_bounds__(kThreads)
   const int h = kv * s.group + (blockIdx.y % s.head_blocks) * kWarps + warp;
   const bool active = h < (kv + 1) * s.group;  // a group's last block may have fewer heads
   const RowPlace place = place_row(s, query_starts, seq_lens, n);
-  if (s.split && static_cast<int>(blockIdx.z) * kChunk >= place.visible)
+  const int chunks = (place.visible + kChunk - 1) / kChunk;
+  // Block 0 always takes part, so a row without keys (padding) still gets its zeros.
+  if (s.split && blockIdx.z > 0 && static_cast<int>(blockIdx.z) >= chunks)
     return;  // no chunk of the row for this block; uniform over the block
   if (active)
     for (int d = lane; d < kD; d += kWarp)
@@ -222,45 +261,22 @@ __global__ void __launch_bounds__(kThreads)
       stats_base[slot * 2 + 1] = chunk.l;
     }
   }
-}
-
-// Combine kernel (split mode): one warp per query row (n, h) folds the row's chunk partials
-// in chunk order and writes the normalized output.
-template <class T, int kD>
-__global__ void __launch_bounds__(kThreads)
-    paged_attention_combine_kernel(Dims s, const int32_t* query_starts, const int32_t* seq_lens,
-                                   const float* workspace, T* out) {
-  enter_dependent_grid();  // launched as a dependent grid
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;  // (n, h) over (N, H)
-  if (row >= static_cast<int64_t>(s.N) * s.H) return;  // no block-wide synchronization below
-  const int n = static_cast<int>(row / s.H), h = static_cast<int>(row % s.H);
-  const RowPlace place = place_row(s, query_starts, seq_lens, n);
-  const int chunks = (place.visible + kChunk - 1) / kChunk;
-  const float* stats = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD;
-  SoftmaxState<kD> total;
-  total.reset();
-  // The loads of kCombinePrefetch chunks are issued together (they do not depend on the
-  // fold), then folded one by one in chunk order: one memory latency per group of chunks.
-  for (int c0 = 0; c0 < chunks; c0 += kCombinePrefetch) {
-    SoftmaxState<kD> part[kCombinePrefetch];
-#pragma unroll
-    for (int j = 0; j < kCombinePrefetch; ++j) {
-      if (c0 + j >= chunks) break;
-      const int64_t slot = partial_slot(s, row, c0 + j);
-      part[j].m = stats[slot * 2];
-      part[j].l = stats[slot * 2 + 1];
-#pragma unroll
-      for (int i = 0; i < SoftmaxState<kD>::kPerLane; ++i)
-        part[j].o[i] = workspace[slot * kD + lane + i * kWarp];
-    }
-#pragma unroll
-    for (int j = 0; j < kCombinePrefetch; ++j) {
-      if (c0 + j >= chunks) break;
-      total.fold(part[j]);
-    }
+  // The row's blocks that take part: min(splits, chunks), at least block 0. The one that
+  // counts last folds (its partials and the others' are visible after the fences).
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned parts = static_cast<unsigned>(max(1, min(s.num_splits, chunks)));
+    unsigned* counter = counters + static_cast<int64_t>(n) * gridDim.y + blockIdx.y;
+    last = atomicAdd(counter, 1u) == parts - 1;
+    if (last) *counter = 0;  // every block of this call has counted: ready for the next
   }
-  total.store(out + n * s.out_row_stride + h * kD, lane);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (active)
+    fold_partials<T, kD>(s, row, chunks, workspace, out + n * s.out_row_stride + h * kD, lane);
 }
 
 Dims dims_of(const PagedAttentionPlan& p) {
@@ -305,7 +321,9 @@ void paged_attention_cuda(const PagedAttentionPlan& p, const Tensor& q, const Te
                  k_cache.describe(), " at ", k_cache.raw_data(), ", v_cache at ",
                  v_cache.raw_data());
   cudaStream_t stream = stream_of(out);
-  float* ws = p.split ? ptr<float>(workspace) : nullptr;
+  // Split mode: the counters, then the partials (paged_attention_kernels.h).
+  unsigned* counters = p.split ? static_cast<unsigned*>(workspace.raw_data()) : nullptr;
+  float* ws = p.split ? ptr<float>(workspace) + kPagedSplitBelowBlocks : nullptr;
   dispatch_head_dim(p.D, [&](auto head_dim) {
     constexpr int kD = decltype(head_dim)::value;
     dispatch_cuda_float(q.dtype(), "paged_attention", [&](auto tag) {
@@ -318,20 +336,13 @@ void paged_attention_cuda(const PagedAttentionPlan& p, const Tensor& q, const Te
                          dim3(kThreads), 0, stream, s, ptr<const T>(q), ptr<const CacheT>(k_cache),
                          ptr<const CacheT>(v_cache), ptr<const int32_t>(query_starts),
                          ptr<const int32_t>(seq_lens), ptr<const int32_t>(block_tables),
-                         ptr<T>(out), ws);
+                         ptr<T>(out), ws, counters);
       };
       // The cache dtype was checked on the host: f32 or bf16.
       if (k_cache.dtype() == DType::F32)
         launch(float{});
       else
         launch(__nv_bfloat16{});
-      if (s.split) {
-        const int64_t rows = static_cast<int64_t>(s.N) * s.H;
-        launch_dependent("paged_attention_combine_kernel", paged_attention_combine_kernel<T, kD>,
-                         dim3(static_cast<unsigned>(ceil_div(rows, kWarps))), dim3(kThreads), 0,
-                         stream, s, ptr<const int32_t>(query_starts), ptr<const int32_t>(seq_lens),
-                         static_cast<const float*>(ws), ptr<T>(out));
-      }
     });
   });
 }

@@ -5,8 +5,10 @@
 // (0, 64, 128, ...). A chunk's partial softmax state (max m, sum l, unnormalized output o)
 // is computed over its keys; the chunks are then folded left to right. The CUDA kernels
 // either spread the chunks over `num_splits` blocks per row (block z takes chunks z,
-// z + num_splits, ...), write each chunk's partial and fold them in a combine kernel (split
-// mode: a step with few rows, e.g. decode at batch 1, still fills the GPU), or fold the
+// z + num_splits, ...), write each chunk's partial and let the row's last block to finish
+// fold them (split mode: a step with few rows, e.g. decode at batch 1, still fills the GPU;
+// the blocks count on a u32 counter per (row, head block) at the start of the workspace,
+// which must be zero before the first call and which every call leaves zero), or fold the
 // chunks inside one block (single-pass mode); both perform the same F32 operations in the
 // same order, so the mode and the split count change the speed and never the bits.
 #pragma once
@@ -40,9 +42,9 @@ struct PagedAttentionPlan {
   int64_t q_row_stride, out_row_stride;  // elements between rows n and n+1
   int64_t head_blocks;       // CUDA blocks per KV head: ceil((H / Hkv) / kPagedHeadsPerBlock)
   int64_t num_chunks;        // chunk slots of a row: ceil(max_seq_len / kPagedChunkKeys)
-  bool split;                // split mode (CUDA): chunks spread over blocks, then the combine
+  bool split;                // split mode (CUDA): chunks spread over blocks, the last folds
   int64_t num_splits;        // split mode: partial blocks per (row, head block), ≤ num_chunks
-  int64_t workspace_floats;  // F32 workspace this call needs (0 unless split)
+  int64_t workspace_floats;  // F32 workspace this call needs (0 unless split), counters included
 };
 
 // The plan of a call with these sizes (shared by paged_attention and

@@ -267,12 +267,6 @@ RowLaunch row_launch(int64_t rows, int64_t groups) {
   return {dim3(static_cast<unsigned>(threads), 1), grid_for(rows, 1)};
 }
 
-// Threads of the forward kernel's block for rows of `groups` groups: one group per thread
-// up to 1,024 threads (one load latency per row, not one per group), more per thread beyond.
-unsigned norm_threads(int64_t groups) {
-  return static_cast<unsigned>(std::clamp<int64_t>(ceil_div(groups, kWarp) * kWarp, kWarp, 1024));
-}
-
 void launch_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps,
                          const Tensor& sum, const Tensor& y, const Tensor& rstd) {
   const int64_t C = x.size(-1), rows = x.numel() / C;
@@ -283,10 +277,10 @@ void launch_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& 
     bool vec = C % kVec<T> == 0 && aligned16({x.raw_data(), weight.raw_data(), y.raw_data()});
     if (add) vec = vec && aligned16({residual.raw_data(), sum.raw_data()});
     launch_dependent("rms_norm_forward_kernel", rms_norm_forward_kernel<T>, dim3(grid_for(rows, 1)),
-                     dim3(norm_threads(ceil_div(C, kVec<T>))), 0, stream_of(x), ptr<const T>(x),
-                     add ? ptr<const T>(residual) : nullptr, ptr<const T>(weight),
-                     static_cast<float>(eps), add ? ptr<T>(sum) : nullptr, ptr<T>(y),
-                     rstd.defined() ? ptr<float>(rstd) : nullptr, rows, C, vec);
+                     dim3(static_cast<unsigned>(rms_norm_forward_threads(ceil_div(C, kVec<T>)))), 0,
+                     stream_of(x), ptr<const T>(x), add ? ptr<const T>(residual) : nullptr,
+                     ptr<const T>(weight), static_cast<float>(eps), add ? ptr<T>(sum) : nullptr,
+                     ptr<T>(y), rstd.defined() ? ptr<float>(rstd) : nullptr, rows, C, vec);
   });
 }
 

@@ -20,6 +20,13 @@ void add_rms_norm_forward_cpu(const Tensor& x, const Tensor& residual, const Ten
 void rms_norm_backward_cpu(const Tensor& x, const Tensor& weight, const Tensor& rstd,
                            const Tensor& dy, const Tensor& dx, const Tensor& dweight);
 #if MICROLLM_WITH_CUDA
+// Threads of the CUDA forward kernel's block for a row of `groups` 16-byte groups: one group
+// per thread up to 1,024 threads, a multiple of 32. The order of a row's sum of squares
+// follows from it, so the GEMV's norm prologue (gemv_cuda.cu) plays the same threads.
+inline int64_t rms_norm_forward_threads(int64_t groups) {
+  const int64_t threads = (groups + 31) / 32 * 32;
+  return threads < 32 ? 32 : (threads > 1024 ? 1024 : threads);
+}
 void rms_norm_forward_cuda(const Tensor& x, const Tensor& weight, double eps, const Tensor& y,
                            const Tensor& rstd);
 void add_rms_norm_forward_cuda(const Tensor& x, const Tensor& residual, const Tensor& weight,

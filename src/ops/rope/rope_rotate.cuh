@@ -1,5 +1,6 @@
-// The rotation of one RoPE pair, shared by rope_kernel (rope_cuda.cu) and the fused
-// rope_kv_write kernel (kv_write/rope_kv_write_cuda.cu), so both give the same bits.
+// The rotation of one RoPE pair, shared by rope_kernel (rope_cuda.cu), the fused
+// rope_kv_write kernel (kv_write/rope_kv_write_cuda.cu) and the decode GEMV's rope_kv_write
+// epilogue (matmul/gemv_cuda.cu), so all give the same bits.
 #pragma once
 
 namespace microllm::ops::cuda_detail {

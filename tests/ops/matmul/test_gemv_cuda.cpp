@@ -2,7 +2,10 @@
 // (F32 inputs; BF16 and F16 inputs widened exactly to F32 for the reference), on the
 // Qwen2.5-0.5B decode shapes (split-K for the down projection) and small odd ones, every row
 // count 1..8, with bias and with the SwiGLU epilogue; a row's bits alone equal its bits among
-// 8 rows; the error paths of the CUDA kernel.
+// 8 rows; the fused norm prologue and residual epilogue give the bits of rms_norm_out,
+// gemv_out and add_out run one after another (RMSNorm widths whose norm block has 32 to
+// 1,024 threads, in place and not), and the rope_kv_write epilogue those of gemv_out and
+// rope_kv_write (D 64 and 128, f32 and bf16 caches, a padding slot); the error paths.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -114,6 +117,138 @@ TEST(CudaGemv, ARowGivesTheSameBitsAloneAndAmongEightRows) {
     }
 }
 
+namespace {
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  const Tensor ha = a.to(Device::cpu()), hb = b.to(Device::cpu());
+  return ha.nbytes() == hb.nbytes() && std::memcmp(ha.raw_data(), hb.raw_data(), ha.nbytes()) == 0;
+}
+
+}  // namespace
+
+TEST(CudaGemv, FusedNormAndResidualGiveTheBitsOfTheSeparateOperators) {
+  MICROLLM_REQUIRE_CUDA();
+  struct FusedCase {
+    int64_t N, K;
+    bool bias, swiglu, norm, residual;
+  };
+  // Qwen2.5-0.5B (C 896: a 128-thread norm), 1.5B (C 1536: 192), a 3,072-wide row (384
+  // threads: the kernel's 256 play two each) and an 8,192-wide one (1,024), small odd ones.
+  const FusedCase cases[] = {
+      {1152, 896, true, false, true, false},  {896, 896, false, false, false, true},
+      {4864, 896, false, true, true, false},  {896, 4864, false, false, false, true},
+      {2048, 1536, true, false, true, false}, {8960, 1536, false, true, true, false},
+      {640, 3072, false, false, true, true},  {300, 8192, false, false, true, false},
+      {37, 64, true, false, true, true},      {5, 24, false, true, true, false}};
+  const double eps = 1e-6;
+  for (DType dtype : microllm::testing::kCudaTestDtypes)
+    for (const FusedCase& c : cases)
+      for (int64_t M : {1, 2, 3, 4, 8}) {
+        if (!ops::gemv_norm_supported(kGpu, dtype, M, c.K) && c.norm) continue;
+        const int64_t rows = c.swiglu ? 2 * c.N : c.N;
+        const Tensor x = host_randn({M, c.K}, 21 + static_cast<uint64_t>(M), dtype).to(kGpu);
+        const Tensor w = host_randn({rows, c.K}, 22, dtype).to(kGpu);
+        const Tensor b = c.bias ? host_randn({c.N}, 23, dtype).to(kGpu) : Tensor();
+        const Tensor g = host_randn({c.K}, 24, dtype).to(kGpu);
+        const Tensor r = host_randn({M, c.N}, 25, dtype).to(kGpu);
+        const ops::GemvEpilogue epi =
+            c.swiglu ? ops::GemvEpilogue::swiglu : ops::GemvEpilogue::none;
+        // The separate operators.
+        Tensor input = x;
+        if (c.norm) {
+          input = Tensor::empty({M, c.K}, dtype, kGpu);
+          ops::rms_norm_out(x, g, eps, input);
+        }
+        Tensor want = Tensor::empty({M, c.N}, dtype, kGpu);
+        ops::gemv_out(input, w, b, want, epi);
+        if (c.residual) ops::add_out(r, want, want);
+        // Fused, out of place and (with a residual) in place.
+        ops::GemvFusion f;
+        f.epilogue = epi;
+        if (c.norm) {
+          f.norm_weight = g;
+          f.norm_eps = eps;
+        }
+        if (c.residual) f.residual = r;
+        Tensor got = Tensor::empty({M, c.N}, dtype, kGpu);
+        ops::gemv_out(x, w, b, got, f);
+        const std::string where = std::string(dtype_name(dtype)) + " N " + std::to_string(c.N) +
+                                  " K " + std::to_string(c.K) + " M " + std::to_string(M);
+        EXPECT_TRUE(same_bits(got, want)) << where;
+        if (c.residual) {
+          Tensor stream = r.clone();  // the residual stream, updated in place
+          f.residual = stream;
+          ops::gemv_out(x, w, b, stream, f);
+          EXPECT_TRUE(same_bits(stream, want)) << where << " in place";
+        }
+      }
+}
+
+// The QKV GEMV with the rope_kv_write epilogue writes q_out, k_out and both caches with the
+// bits of gemv_out into a (M, H·D + 2·Hkv·D) buffer followed by rope_kv_write on its views.
+TEST(CudaGemv, RopeKvWriteEpilogueGivesTheBitsOfTheSeparateOperators) {
+  MICROLLM_REQUIRE_CUDA();
+  struct Heads {
+    int64_t H, Hkv, D, K;
+  };
+  const Heads shapes[] = {{14, 2, 64, 896}, {12, 2, 128, 1536}, {4, 4, 64, 64}};
+  const int64_t NB = 6, BS = 4;
+  for (DType dtype : microllm::testing::kCudaTestDtypes)
+    for (DType cache_dtype : {DType::F32, DType::BF16})
+      for (const Heads& h : shapes)
+        for (int64_t M : {1, 3, 4, 8}) {
+          if (!ops::gemv_norm_supported(kGpu, dtype, M, h.K)) continue;  // f32 (8, 1536): 48 KB
+          const int64_t width = (h.H + 2 * h.Hkv) * h.D;
+          const Tensor x = host_randn({M, h.K}, 31 + static_cast<uint64_t>(M), dtype).to(kGpu);
+          const Tensor w = host_randn({width, h.K}, 32, dtype).to(kGpu);
+          const Tensor b = host_randn({width}, 33, dtype).to(kGpu);
+          const Tensor g = host_randn({h.K}, 34, dtype).to(kGpu);
+          std::vector<int64_t> pos, slot;
+          for (int64_t m = 0; m < M; ++m) {
+            pos.push_back(7 + 301 * m);
+            slot.push_back(m == 2 ? -1 : (5 * m + 3) % (NB * BS));  // row 2: graph padding
+          }
+          const Tensor positions = Tensor::from_vector(pos, {M}, DType::I32).to(kGpu);
+          const Tensor slots = Tensor::from_vector(slot, {M}, DType::I32).to(kGpu);
+          std::vector<double> freq;
+          for (int64_t i = 0; i < h.D / 2; ++i)
+            freq.push_back(std::pow(10000.0, -2.0 * static_cast<double>(i) / h.D));
+          const Tensor inv_freq = Tensor::from_vector(freq, {h.D / 2}, DType::F32).to(kGpu);
+          const Tensor cache0 = host_randn({NB, BS, h.Hkv, h.D}, 35, cache_dtype);
+          // The separate operators.
+          Tensor qkv = Tensor::empty({M, width}, dtype, kGpu);
+          ops::GemvFusion norm;
+          norm.norm_weight = g;
+          norm.norm_eps = 1e-6;
+          ops::gemv_out(x, w, b, qkv, norm);
+          Tensor want_q = Tensor::empty({M, h.H, h.D}, dtype, kGpu);
+          Tensor want_k = Tensor::empty({M, h.Hkv, h.D}, dtype, kGpu);
+          Tensor want_kc = cache0.to(kGpu), want_vc = cache0.to(kGpu);
+          ops::rope_kv_write(qkv.narrow(1, 0, h.H * h.D).view({M, h.H, h.D}),
+                             qkv.narrow(1, h.H * h.D, h.Hkv * h.D).view({M, h.Hkv, h.D}),
+                             qkv.narrow(1, (h.H + h.Hkv) * h.D, h.Hkv * h.D).view({M, h.Hkv, h.D}),
+                             positions, inv_freq, slots, want_q, want_k, want_kc, want_vc);
+          // Fused.
+          ops::GemvFusion f = norm;
+          f.epilogue = ops::GemvEpilogue::rope_kv_write;
+          f.rope = {positions,
+                    inv_freq,
+                    slots,
+                    Tensor::empty({M, h.H, h.D}, dtype, kGpu),
+                    Tensor::empty({M, h.Hkv, h.D}, dtype, kGpu),
+                    cache0.to(kGpu),
+                    cache0.to(kGpu)};
+          ops::gemv_out(x, w, b, Tensor(), f);
+          const std::string where =
+              std::string(dtype_name(dtype)) + " cache " + std::string(dtype_name(cache_dtype)) +
+              " H " + std::to_string(h.H) + " D " + std::to_string(h.D) + " M " + std::to_string(M);
+          EXPECT_TRUE(same_bits(f.rope.q_out, want_q)) << where << " q";
+          EXPECT_TRUE(same_bits(f.rope.k_out, want_k)) << where << " k";
+          EXPECT_TRUE(same_bits(f.rope.k_cache, want_kc)) << where << " k cache";
+          EXPECT_TRUE(same_bits(f.rope.v_cache, want_vc)) << where << " v cache";
+        }
+}
+
 TEST(CudaGemv, RejectsWhatTheKernelDoesNotTake) {
   MICROLLM_REQUIRE_CUDA();
   const Tensor x = host_randn({2, 12}, 1, DType::BF16).to(kGpu);  // 12 BF16 = 24 bytes
@@ -132,6 +267,18 @@ TEST(CudaGemv, RejectsWhatTheKernelDoesNotTake) {
                       Tensor::empty({3, 4}, DType::F32, kGpu));
       },
       "gemv_out", {"16-byte aligned"}));
+  // The norm prologue keeps the rows in shared memory: 8 rows of 3,072 BF16 are too many.
+  EXPECT_TRUE(ops::gemv_norm_supported(kGpu, DType::BF16, 4, 3072));
+  EXPECT_FALSE(ops::gemv_norm_supported(kGpu, DType::BF16, 8, 3072));
+  const Tensor xw = host_randn({8, 3072}, 5, DType::BF16).to(kGpu);
+  ops::GemvFusion norm;
+  norm.norm_weight = host_randn({3072}, 6, DType::BF16).to(kGpu);
+  EXPECT_TRUE(throws_error(
+      [&] {
+        ops::gemv_out(xw, host_randn({4, 3072}, 7, DType::BF16).to(kGpu), {},
+                      Tensor::empty({8, 4}, DType::BF16, kGpu), norm);
+      },
+      "gemv_out", {"shared memory", "found x"}));
   EXPECT_FALSE(ops::gemv_supported(kGpu, DType::F64, 1, 16));
   EXPECT_TRUE(ops::gemv_supported(kGpu, DType::BF16, 8, 896));
 }

@@ -162,11 +162,12 @@ inline Step to_device(const Step& step, Device device) {
   return moved;
 }
 
-// F32 workspace for one call with `max_seq_len`, undefined when the call needs none.
+// F32 workspace for one call with `max_seq_len` (zero-filled, as paged_attention asks),
+// undefined when the call needs none.
 inline Tensor workspace_for(const Step& step, int64_t max_seq_len, Device device = Device::cpu()) {
   const int64_t bytes = ops::paged_attention_workspace_bytes(
       step.q.size(0), step.q.size(1), step.k.size(1), step.q.size(2), max_seq_len);
-  return bytes > 0 ? Tensor::empty({bytes / 4}, DType::F32, device) : Tensor();
+  return bytes > 0 ? Tensor::zeros({bytes / 4}, DType::F32, device) : Tensor();
 }
 
 // ops::attention on sequence b's queries [begin, end) over its keys 0..end−1, with explicit

@@ -208,7 +208,8 @@ TEST(PagedAttention, WorkspaceSizing) {
   // Steps with few rows and more than one 64-key chunk split; the size covers every N up to
   // max_tokens and every max_seq_len up to the given one, and is 0 when nothing splits.
   const int64_t bytes = ops::paged_attention_workspace_bytes(8, 14, 2, 64, 2048);
-  EXPECT_EQ(bytes, 8 * 14 * (2048 / 64) * (64 + 2) * 4);
+  // The split blocks' counters (264 words), then D + 2 floats per chunk of each query row.
+  EXPECT_EQ(bytes, (264 + 8 * 14 * (2048 / 64) * (64 + 2)) * 4);
   EXPECT_EQ(ops::paged_attention_workspace_bytes(8, 14, 2, 64, 64), 0);  // one chunk
   EXPECT_EQ(ops::paged_attention_workspace_bytes(0, 14, 2, 64, 2048), 0);
   // Past 65 rows (65 · 2 KV heads · 2 head blocks = 260 blocks) nothing splits.
