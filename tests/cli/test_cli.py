@@ -143,3 +143,35 @@ def test_tokenize_train_resume_eval_forward(tmp_path):
     small.write_text(json.dumps(dict(json.loads(config.read_text()), vocab_size=100)))
     assert_one_line_error(run("train", "--config", small, "--steps", 1, "--data", data, ok=False),
                           "outside the model's vocabulary of 100")
+
+
+def test_train_kernel_choices(tmp_path):
+    """--optimizer-kernels fused gives the reference optimizer's losses bit for bit (the fused
+    AdamW keeps its bits), --attention reference is what auto picks on the CPU, and the flash
+    kernel, which runs on CUDA only, is refused with one error line."""
+    tokenizer = byte_tokenizer(tmp_path / "tok")
+    text = tmp_path / "a.txt"
+    text.write_text("a rose is a rose is a rose. " * 100)
+    data = tmp_path / "train.bin"
+    run("tokenize", "--tokenizer", tokenizer, "--out", data, "--separator", "<|endoftext|>", text)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "qwen2", "vocab_size": 258, "hidden_size": 32,
+                                  "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                  "num_key_value_heads": 2, "tie_word_embeddings": True}))
+    common = ["--config", config, "--data", data, "--batch", 2, "--seq", 16, "--lr", 3e-3, "--seed", 5,
+              "--steps", 6, "--grad-clip", 0.5, "--device", DEVICE]
+
+    def losses(*extra):
+        metrics = tmp_path / ("m" + "".join(str(e) for e in extra) + ".jsonl")
+        run("train", *common, "--metrics", metrics, *extra)
+        return [json.loads(l)["loss"] for l in metrics.read_text().splitlines() if "loss" in json.loads(l)]
+
+    reference = losses("--optimizer-kernels", "reference")
+    assert len(reference) == 6
+    assert losses("--optimizer-kernels", "fused") == reference
+    if DEVICE == "cpu":
+        assert losses("--attention", "reference") == losses("--attention", "auto")
+        proc = run("train", *common, "--attention", "flash", ok=False)
+        assert_one_line_error(proc, "flash")
+    bad = run("train", *common, "--optimizer-kernels", "fast", ok=False)  # the option parser's error
+    assert bad.returncode != 0 and "--optimizer-kernels: fast not in {auto,fused,reference}" in bad.stderr
