@@ -308,6 +308,9 @@ Command add_train_command(CLI::App& parent) {
          "reference (the materialized kernel)")
       ->check(CLI::IsMember({"auto", "flash", "reference"}))
       ->default_str("auto");
+  cmd->add_flag("--recompute", o.recompute,
+                "recompute each layer's activations in backward instead of keeping them (less "
+                "memory, one more forward per step; the same gradients)");
   cmd->add_option("--optimizer-kernels", o.optimizer_kernels,
                   "auto (fused AdamW on CUDA), fused (multi-tensor AdamW and gradient norm) or "
                   "reference (elementwise operators)")

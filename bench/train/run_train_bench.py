@@ -51,6 +51,8 @@ def main() -> int:
                    help="microllm train --loss-chunk (0: the whole logits)")
     p.add_argument("--attention", choices=["auto", "flash", "reference"], default="auto",
                    help="microllm train --attention (auto: flash on CUDA in bf16)")
+    p.add_argument("--recompute", action="store_true",
+                   help="microllm train --recompute (layer activations recomputed in backward)")
     p.add_argument("--no-compile-peer", action="store_true",
                    help="skip the torch.compile peer (it compiles for about a minute)")
     args = p.parse_args()
@@ -66,6 +68,8 @@ def main() -> int:
             argv += ["--loss-chunk", str(args.loss_chunk)]
         if args.attention != "auto":
             argv += ["--attention", args.attention]
+        if args.recompute:
+            argv.append("--recompute")
         proc = subprocess.run(argv, capture_output=True, text=True)
         sys.stdout.write(proc.stdout[-3000:])
         if proc.returncode != 0:
@@ -110,6 +114,8 @@ def main() -> int:
         config["loss_chunk"] = args.loss_chunk
     if args.attention != "auto":
         config["attention"] = args.attention
+    if args.recompute:
+        config["recompute"] = True
     rec = record.make_record("train", config, seconds, "s", peer=peer, versions=versions,
                              host=record.host_info(), extra={"derived": {
                                  "microllm_tokens_per_s": tokens / record.summarize(seconds)["median"],
@@ -130,6 +136,8 @@ def main() -> int:
         name += f"-lc{args.loss_chunk}"
     if args.attention != "auto":
         name += f"-{args.attention}"
+    if args.recompute:
+        name += "-recompute"
     path = record.write_record(rec, name, args.records_dir)
     d = rec["derived"]
     compiled_rate = d["compiled_peer"]["tokens_per_s"] if d.get("compiled_peer") else float("nan")

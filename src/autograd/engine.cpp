@@ -11,6 +11,7 @@
 #include <atomic>
 #include <unordered_map>
 
+#include "microllm/autograd/checkpoint.h"
 #include "microllm/autograd/node.h"
 #include "microllm/ops/elementwise.h"
 
@@ -91,6 +92,9 @@ void remove_post_accumulate_grad_hook(const Tensor& leaf, int64_t id) {
 
 NoGradGuard::NoGradGuard() : previous_(t_grad_mode) { t_grad_mode = false; }
 NoGradGuard::~NoGradGuard() { t_grad_mode = previous_; }
+
+GradModeGuard::GradModeGuard(bool enabled) : previous_(t_grad_mode) { t_grad_mode = enabled; }
+GradModeGuard::~GradModeGuard() { t_grad_mode = previous_; }
 
 bool any_requires_grad(const std::vector<Tensor>& inputs) {
   if (!t_grad_mode) return false;

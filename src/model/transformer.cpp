@@ -13,6 +13,9 @@
 //   logits                             (B, T, V)
 #include "microllm/model/transformer.h"
 
+#include "microllm/autograd/checkpoint.h"
+#include "microllm/autograd/node.h"
+
 #include "microllm/ops/ops.h"
 
 namespace microllm::model {
@@ -116,14 +119,20 @@ Tensor Transformer::hidden(const Tensor& ids, const Tensor& positions_in,
   emit("embedding", x);
   // (B, T, C)
   Tensor h = ops::rms_norm(x, param("model.layers.0.input_layernorm.weight"), eps);
-  for (int64_t i = 0; i < c.num_layers; ++i) {
+  // Layer i: (x, h) → (the residual stream leaving it, the next norm's output). `watch`
+  // says whether the observer sees its values (not when it is recomputed for backward).
+  auto layer = [this, &c, B, T, H, Hkv, D, eps, positions, attention_options, observe](
+                   int64_t i, const Tensor& x, const Tensor& h, bool watch) {
+    auto show = [&](const std::string& name, const Tensor& value) {
+      if (watch && observe) observe(name, value);
+    };
     const std::string p = "model.layers." + std::to_string(i) + ".";
     const std::string n = "layers." + std::to_string(i) + ".";
     auto bias = [&](const char* proj) {
       return c.qkv_bias ? param(p + "self_attn." + proj + ".bias") : Tensor();
     };
-    emit(n + "input", x);
-    emit(n + "attn.norm", h);
+    show(n + "input", x);
+    show(n + "attn.norm", h);
     // (B, T, H, D)
     Tensor q =
         ops::linear(h, param(p + "self_attn.q_proj.weight"), bias("q_proj")).reshape({B, T, H, D});
@@ -140,25 +149,25 @@ Tensor Transformer::hidden(const Tensor& ids, const Tensor& positions_in,
     q = ops::rope(q.transpose(1, 2), positions, inv_freq_);  // (B, H, T, D)
     k = ops::rope(k.transpose(1, 2), positions, inv_freq_);  // (B, Hkv, T, D)
     v = v.transpose(1, 2);                                   // (B, Hkv, T, D)
-    emit(n + "attn.q", q);
-    emit(n + "attn.k", k);
-    emit(n + "attn.v", v);
+    show(n + "attn.q", q);
+    show(n + "attn.k", k);
+    show(n + "attn.v", v);
     // (B, T, H·D)
     const Tensor a =
         ops::attention(q, k, v, attention_options).transpose(1, 2).reshape({B, T, H * D});
     const Tensor attn_out = ops::linear(a, param(p + "self_attn.o_proj.weight"));  // (B, T, C)
-    emit(n + "attn.out", attn_out);
+    show(n + "attn.out", attn_out);
     // r.sum, r.normed: (B, T, C)
     ops::AddRmsNormResult r =
         ops::add_rms_norm(x, attn_out, param(p + "post_attention_layernorm.weight"), eps);
-    emit(n + "attn.residual", r.sum);
-    emit(n + "mlp.norm", r.normed);
+    show(n + "attn.residual", r.sum);
+    show(n + "mlp.norm", r.normed);
     const Tensor act =
         ops::swiglu(ops::linear(r.normed, param(p + "mlp.gate_proj.weight")),
                     ops::linear(r.normed, param(p + "mlp.up_proj.weight")));  // (B, T, F)
-    emit(n + "mlp.act", act);
+    show(n + "mlp.act", act);
     const Tensor mlp_out = ops::linear(act, param(p + "mlp.down_proj.weight"));  // (B, T, C)
-    emit(n + "mlp.out", mlp_out);
+    show(n + "mlp.out", mlp_out);
     // The next norm is fused with this residual add: the next layer's input_layernorm,
     // or the final norm after the last layer.
     const std::string next_norm =
@@ -166,9 +175,26 @@ Tensor Transformer::hidden(const Tensor& ids, const Tensor& positions_in,
                              : "model.norm.weight";
     // next.sum, next.normed: (B, T, C)
     ops::AddRmsNormResult next = ops::add_rms_norm(r.sum, mlp_out, param(next_norm), eps);
-    x = next.sum;
-    h = next.normed;
-    emit(n + "output", x);
+    show(n + "output", next.sum);
+    return std::vector<Tensor>{next.sum, next.normed};
+  };
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    std::vector<Tensor> out;
+    if (recompute_ && autograd::grad_mode_enabled()) {
+      // Only (x, h) is kept for backward; the layer runs again there (unobserved).
+      bool first = true;
+      out = autograd::checkpoint("layer",
+                                 [layer, i, first](const std::vector<Tensor>& in) mutable {
+                                   const bool watch = first;
+                                   first = false;
+                                   return layer(i, in[0], in[1], watch);
+                                 },
+                                 {x, h});
+    } else {
+      out = layer(i, x, h, true);
+    }
+    x = out[0];
+    h = out[1];
   }
   emit("final_norm", h);
   return h;

@@ -65,6 +65,7 @@ Trainer::Trainer(const model::ModelConfig& config, TrainOptions options,
   model_ = std::make_unique<model::Transformer>(config, o.device, o.dtype, o.seed);
   model_->set_requires_grad(true);
   model_->set_attention_backend(o.attention);
+  model_->set_recompute(o.recompute);
   if (comm_) {
     // Registration order (Hugging Face order): buckets are formed from its reverse.
     NamedTensors params;

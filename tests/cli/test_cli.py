@@ -147,7 +147,7 @@ def test_tokenize_train_resume_eval_forward(tmp_path):
 
 def test_train_kernel_choices(tmp_path):
     """--optimizer-kernels fused gives the reference optimizer's losses bit for bit (the fused
-    AdamW keeps its bits), --attention reference is what auto picks on the CPU, and the flash
+    AdamW keeps its bits), so does --recompute (the same gradients), --attention reference is what auto picks on the CPU, and the flash
     kernel, which runs on CUDA only, is refused with one error line."""
     tokenizer = byte_tokenizer(tmp_path / "tok")
     text = tmp_path / "a.txt"
@@ -169,6 +169,7 @@ def test_train_kernel_choices(tmp_path):
     reference = losses("--optimizer-kernels", "reference")
     assert len(reference) == 6
     assert losses("--optimizer-kernels", "fused") == reference
+    assert losses("--recompute") == reference  # recomputed layers: the same gradients
     if DEVICE == "cpu":
         assert losses("--attention", "reference") == losses("--attention", "auto")
         proc = run("train", *common, "--attention", "flash", ok=False)

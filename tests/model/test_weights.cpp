@@ -15,31 +15,16 @@
 #include "microllm/io/safetensors.h"
 #include "microllm/model/transformer.h"
 #include "microllm/model/weights.h"
+#include "model/tiny_config.h"
 
 using namespace microllm;
 using microllm::testing::throws_error;
+using microllm::testing::tiny_config;
 using model::ModelConfig;
 using model::ModelWeights;
 using model::Transformer;
 
 namespace {
-
-ModelConfig tiny_config(model::Family family) {
-  ModelConfig c;
-  c.family = family;
-  c.vocab_size = 37;
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = family == model::Family::Qwen3 ? 6 : 4;  // qwen3: head_dim ≠ C / H
-  c.max_position_embeddings = 64;
-  c.qkv_bias = family == model::Family::Qwen2;
-  c.qk_norm = family == model::Family::Qwen3;
-  c.tie_word_embeddings = family != model::Family::Llama;
-  return c;
-}
 
 bool bit_equal(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;

@@ -68,6 +68,11 @@ class Transformer {
   // CUDA in BF16/F16 for head dims 64 and 128, the reference kernel elsewhere).
   void set_attention_backend(ops::AttentionBackend backend) { attention_backend_ = backend; }
   ops::AttentionBackend attention_backend() const { return attention_backend_; }
+  // Activation recomputation per layer (autograd::checkpoint): with grad mode on, a layer
+  // keeps only its inputs (x, h) for backward and runs again there; the gradients are those
+  // of the recorded layers (tested bit for bit on the CPU). Off by default.
+  void set_recompute(bool recompute) { recompute_ = recompute; }
+  bool recompute() const { return recompute_; }
 
   // Mean next-token cross-entropy of `logits` (B, T, V) for `ids` (B, T): the label of
   // position t is ids[t+1] (the last position has none), as Hugging Face computes it;
@@ -85,6 +90,7 @@ class Transformer {
   std::map<std::string, Tensor> parameters_;
   Tensor inv_freq_;  // (D/2) F32 on the device
   ops::AttentionBackend attention_backend_ = ops::AttentionBackend::Auto;
+  bool recompute_ = false;
 };
 
 }  // namespace microllm::model

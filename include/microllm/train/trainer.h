@@ -45,6 +45,10 @@ struct TrainOptions {
   // The attention kernel (Auto: flash on CUDA in BF16 for head dims 64 and 128; Reference:
   // the materialized kernel everywhere).
   ops::AttentionBackend attention = ops::AttentionBackend::Auto;
+  // Activation recomputation per layer (Transformer::set_recompute): a layer's activations
+  // are freed after its forward and recomputed in backward; same gradients, less memory,
+  // one more forward per step.
+  bool recompute = false;
   // The optimizer's kernels: "fused" (AdamW as multi-tensor kernels, ops::adamw_step, and
   // the gradient norm by ops::sum_of_squares), "reference" (elementwise operators), or
   // "auto" (fused for AdamW on CUDA without ZeRO-1, else reference).
