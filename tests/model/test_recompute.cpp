@@ -43,7 +43,7 @@ TEST(Checkpoint, SegmentGradientsEqualTheRecordedSegment) {
   const Tensor x0 = random({3, 5}, 2);
   // y = tanh-free mix: linear, mul by itself, sum with the input again (x used twice).
   const autograd::Segment segment = [&w](const std::vector<Tensor>& in) {
-    const Tensor y = ops::linear(in[0], w);                             // (3, 6)
+    const Tensor y = ops::linear(in[0], w);                              // (3, 6)
     return std::vector<Tensor>{ops::mul(y, y), ops::add(in[0], in[0])};  // (3, 6), (3, 5)
   };
   const Tensor g0 = random({3, 6}, 3), g1 = random({3, 5}, 4);
@@ -84,7 +84,8 @@ TEST(Checkpoint, KeepsNothingOfTheSegmentForBackward) {
   EXPECT_EQ(calls, 2);  // recomputed once in backward
   // d(x³)/dx = 3x²
   const std::vector<double> g = x.grad().to_vector_f64(), v = x.to_vector_f64();
-  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], 3 * v[i] * v[i], 1e-5 * (1 + v[i] * v[i]));
+  for (size_t i = 0; i < g.size(); ++i)
+    EXPECT_NEAR(g[i], 3 * v[i] * v[i], 1e-5 * (1 + v[i] * v[i]));
 }
 
 TEST(Recompute, TransformerGradientsEqualTheRecordedModelBitForBit) {
@@ -93,8 +94,8 @@ TEST(Recompute, TransformerGradientsEqualTheRecordedModelBitForBit) {
   for (model::Family family : families)
     for (DType dtype : {DType::F32, DType::F64}) {
       const model::ModelConfig c = tiny_config(family);
-      const Tensor ids = Tensor::from_vector(
-          std::vector<int64_t>{1, 5, 9, 2, 36, 0, 7, 7, 3, 11, 30, 4}, {2, 6});
+      const Tensor ids =
+          Tensor::from_vector(std::vector<int64_t>{1, 5, 9, 2, 36, 0, 7, 7, 3, 11, 30, 4}, {2, 6});
       auto run = [&](bool recompute) {
         model::Transformer t(c, Device::cpu(), dtype, 17);
         t.set_requires_grad(true);
@@ -111,8 +112,8 @@ TEST(Recompute, TransformerGradientsEqualTheRecordedModelBitForBit) {
       };
       const auto [loss_plain, grads_plain] = run(false);
       const auto [loss_re, grads_re] = run(true);
-      const std::string where = std::string(dtype_name(dtype)) + " family " +
-                                std::to_string(static_cast<int>(family));
+      const std::string where =
+          std::string(dtype_name(dtype)) + " family " + std::to_string(static_cast<int>(family));
       EXPECT_TRUE(bit_equal(loss_re, loss_plain)) << where;
       ASSERT_EQ(grads_re.size(), grads_plain.size());
       for (const auto& [name, g] : grads_plain) {
