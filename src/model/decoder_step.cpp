@@ -19,6 +19,12 @@ namespace {
 // bits independent of the batch in every step of at most this many sequences.
 constexpr int64_t kDecodeGemvMaxSeqs = 4;
 
+// The fused decode layer, unless MICROLLM_DECODE_FUSION is "0" (for measurements).
+bool fused_decode_enabled() {
+  const char* env = std::getenv("MICROLLM_DECODE_FUSION");
+  return env == nullptr || std::strcmp(env, "0") != 0;
+}
+
 }  // namespace
 
 // Every activation of a step at its largest size (rows narrowed to N or B per step).
@@ -71,8 +77,7 @@ struct DecoderStep::Workspace {
 DecoderStep::DecoderStep(const ModelWeights& weights, StepLimits limits)
     : weights_(weights),
       limits_(limits),
-      fuse_decode_(!std::getenv("MICROLLM_DECODE_FUSION") ||
-                   std::strcmp(std::getenv("MICROLLM_DECODE_FUSION"), "0") != 0),
+      fuse_decode_(fused_decode_enabled()),
       ws_(std::make_shared<Workspace>()) {
   MICROLLM_CHECK(limits.max_tokens > 0 && limits.max_seqs > 0 && limits.max_blocks_per_seq > 0 &&
                      limits.block_size > 0,

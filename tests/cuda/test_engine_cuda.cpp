@@ -20,6 +20,7 @@
 #include <set>
 
 #include "cuda/cuda_test_utils.h"
+#include "infer/step_batch_builder.h"
 #include "microllm/autograd/node.h"
 #include "microllm/cuda/allocator.h"
 #include "microllm/cuda/runtime.h"
@@ -341,46 +342,6 @@ TEST(EngineCuda, GraphDecodeGivesTheBitsOfEagerDecode) {
     }
 }
 
-namespace {
-
-// One step on CUDA in which sequence b (blocks [4b, 4b + 4) of 4 slots) adds new_ids[b] at
-// positions starting at starts[b].
-model::StepBatch cuda_step(const std::vector<std::vector<int32_t>>& new_ids,
-                           const std::vector<int64_t>& starts, int64_t decode_rows) {
-  const int64_t BS = 4, M = 4;
-  std::vector<int64_t> ids, positions, slots, query_starts{0}, seq_lens, tables, last_rows;
-  for (size_t b = 0; b < new_ids.size(); ++b) {
-    for (size_t i = 0; i < new_ids[b].size(); ++i) {
-      const int64_t pos = starts[b] + static_cast<int64_t>(i);
-      ids.push_back(new_ids[b][i]);
-      positions.push_back(pos);
-      slots.push_back((static_cast<int64_t>(b) * M + pos / BS) * BS + pos % BS);
-    }
-    query_starts.push_back(static_cast<int64_t>(ids.size()));
-    seq_lens.push_back(starts[b] + static_cast<int64_t>(new_ids[b].size()));
-    last_rows.push_back(static_cast<int64_t>(ids.size()) - 1);
-    for (int64_t m = 0; m < M; ++m) tables.push_back(static_cast<int64_t>(b) * M + m);
-  }
-  const auto N = static_cast<int64_t>(ids.size()), B = static_cast<int64_t>(new_ids.size());
-  auto i32 = [](const std::vector<int64_t>& v, const Shape& shape) {
-    return Tensor::from_vector(v, shape, DType::I32).to(Device::cuda(0));
-  };
-  model::StepBatch s;
-  s.token_ids = i32(ids, {N});
-  s.positions = i32(positions, {N});
-  s.slot_mapping = i32(slots, {N});
-  s.query_starts = i32(query_starts, {B + 1});
-  s.seq_lens = i32(seq_lens, {B});
-  s.block_tables = i32(tables, {B, M});
-  s.last_rows = i32(last_rows, {B});
-  s.num_tokens = N;
-  s.num_seqs = B;
-  s.num_decode_rows = decode_rows;
-  return s;
-}
-
-}  // namespace
-
 // A step of decode rows only runs the norms inside the GEMVs and the residual adds in their
 // epilogues; an observer gets the separate operators. Both must give the same logits, bit
 // for bit, and write the same cache.
@@ -392,6 +353,15 @@ TEST(EngineCuda, FusedDecodeStepGivesTheBitsOfTheSeparateOperators) {
       const ModelWeights w = ModelWeights::random(c, Device::cuda(0), dtype, 9, 0.1);
       model::DecoderStep step(w, {32, 4, 4, 4});
       infer::KvCache kv(c, Device::cuda(0), dtype, 4, 16);
+      // Sequence b owns blocks [4b, 4b + 4) of 4 slots.
+      const microllm::testing::Paging paging =
+          microllm::testing::make_paging({16, 16, 16}, 4, 16, false);
+      auto cuda_step = [&](const std::vector<std::vector<int32_t>>& news,
+                           const std::vector<int64_t>& starts, int64_t decode_rows) {
+        model::StepBatch s = microllm::testing::make_step(news, starts, paging, 4, Device::cuda(0));
+        s.num_decode_rows = decode_rows;
+        return s;
+      };
       std::vector<std::vector<int32_t>> seqs = {random_ids(5, c.vocab_size, 1),
                                                 random_ids(9, c.vocab_size, 2),
                                                 random_ids(2, c.vocab_size, 3)};

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "core/expect_error.h"
+#include "infer/step_batch_builder.h"
 #include "microllm/autograd/node.h"
 #include "microllm/infer/engine.h"
 #include "microllm/infer/kv_cache.h"
@@ -19,6 +20,9 @@
 #include "microllm/ops/ops.h"
 
 using namespace microllm;
+using microllm::testing::make_paging;
+using microllm::testing::make_step;
+using microllm::testing::Paging;
 using microllm::testing::throws_error;
 using model::ModelConfig;
 using model::ModelWeights;
@@ -53,10 +57,6 @@ std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
   return ids;
 }
 
-Tensor i32(const std::vector<int64_t>& v, const Shape& shape) {
-  return Tensor::from_vector(v, shape, DType::I32);
-}
-
 // Reference logits (V) of the last token of `ids`, by a full forward with no cache.
 std::vector<float> reference_last_logits(const model::Transformer& t,
                                          const std::vector<int32_t>& ids) {
@@ -64,62 +64,6 @@ std::vector<float> reference_last_logits(const model::Transformer& t,
   const Tensor x = Tensor::from_vector(wide, {1, static_cast<int64_t>(ids.size())});
   const Tensor logits = t.forward(x);  // (1, T, V)
   return logits.narrow(1, static_cast<int64_t>(ids.size()) - 1, 1).to_vector_f32();
-}
-
-// A paged layout: every sequence gets ceil(len / BS) blocks taken from a shuffled pool.
-struct Paging {
-  int64_t block_size;
-  std::vector<std::vector<int64_t>> tables;  // per sequence
-};
-
-Paging make_paging(const std::vector<int64_t>& lens, int64_t block_size, int64_t num_blocks,
-                   bool shuffle) {
-  std::vector<int64_t> pool(static_cast<size_t>(num_blocks));
-  std::iota(pool.begin(), pool.end(), 0);
-  if (shuffle) std::shuffle(pool.begin(), pool.end(), std::mt19937_64(9));
-  Paging p{block_size, {}};
-  size_t next = 0;
-  for (int64_t len : lens) {
-    std::vector<int64_t> table;
-    for (int64_t b = 0; b < (len + block_size - 1) / block_size; ++b) table.push_back(pool[next++]);
-    p.tables.push_back(table);
-  }
-  return p;
-}
-
-// One step in which sequence b adds tokens [starts[b], starts[b] + new_ids[b].size()).
-model::StepBatch make_step(const std::vector<std::vector<int32_t>>& new_ids,
-                           const std::vector<int64_t>& starts, const Paging& paging, int64_t M) {
-  std::vector<int64_t> ids, positions, slots, query_starts{0}, seq_lens, tables, last_rows;
-  for (size_t b = 0; b < new_ids.size(); ++b) {
-    for (size_t i = 0; i < new_ids[b].size(); ++i) {
-      const int64_t pos = starts[b] + static_cast<int64_t>(i);
-      ids.push_back(new_ids[b][i]);
-      positions.push_back(pos);
-      slots.push_back(paging.tables[b][static_cast<size_t>(pos / paging.block_size)] *
-                          paging.block_size +
-                      pos % paging.block_size);
-    }
-    query_starts.push_back(static_cast<int64_t>(ids.size()));
-    seq_lens.push_back(starts[b] + static_cast<int64_t>(new_ids[b].size()));
-    last_rows.push_back(static_cast<int64_t>(ids.size()) - 1);
-    for (int64_t m = 0; m < M; ++m)
-      tables.push_back(m < static_cast<int64_t>(paging.tables[b].size())
-                           ? paging.tables[b][static_cast<size_t>(m)]
-                           : -1);
-  }
-  const int64_t N = static_cast<int64_t>(ids.size()), B = static_cast<int64_t>(new_ids.size());
-  model::StepBatch s;
-  s.token_ids = i32(ids, {N});
-  s.positions = i32(positions, {N});
-  s.slot_mapping = i32(slots, {N});
-  s.query_starts = i32(query_starts, {B + 1});
-  s.seq_lens = i32(seq_lens, {B});
-  s.block_tables = i32(tables, {B, M});
-  s.last_rows = i32(last_rows, {B});
-  s.num_tokens = N;
-  s.num_seqs = B;
-  return s;
 }
 
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol,
