@@ -13,11 +13,15 @@ namespace microllm::model {
 namespace {
 
 // The largest step (in sequences) whose decode rows and LM head run through ops::gemv_out
-// on CUDA. Measured on the H200 (docs/optimization-log.md): at batch 8 the GEMV decodes
-// slower than cuBLASLt (3,842 against 4,693 tokens/s for the Qwen2.5-0.5B shape), at batch
-// 1 faster (916 against 586). One threshold on the step's sequence count keeps a sequence's
-// bits independent of the batch in every step of at most this many sequences.
-constexpr int64_t kDecodeGemvMaxSeqs = 4;
+// on CUDA (docs/optimization-log.md, H200, Qwen2.5-0.5B shape): F32 steps of up to 4
+// sequences (at batch 8 the CUDA-core GEMV decoded slower than cuBLASLt: 3,842 against
+// 4,693 tokens/s; at batch 1 faster: 916 against 586); BF16/F16 steps of up to 8, whose
+// 5–8 rows take the tensor-core GEMV and the fused layer (batch 8: 6,511 against 5,951
+// through cuBLASLt; batch 16 would lose: 9,975 against 11,866). A sequence's bits are
+// independent of the batch within steps of 1–4 and within steps of 5–8 sequences.
+int64_t decode_gemv_max_seqs(DType dtype) {
+  return dtype == DType::BF16 || dtype == DType::F16 ? ops::kGemvMaxRows : 4;
+}
 
 // The fused decode layer, unless MICROLLM_DECODE_FUSION is "0" (for measurements).
 bool fused_decode_enabled() {
@@ -125,9 +129,10 @@ Tensor DecoderStep::forward(
   };
   auto rows = [](const Tensor& t, int64_t n) { return t.narrow(0, 0, n); };
   auto rows_from = [](const Tensor& t, int64_t first, int64_t n) { return t.narrow(0, first, n); };
-  // Steps of at most kDecodeGemvMaxSeqs sequences on CUDA: decode rows [0, Nd) and the LM
+  // Steps of at most decode_gemv_max_seqs sequences on CUDA: decode rows [0, Nd) and the LM
   // head through the GEMV, rows [Nd, N) through the GEMM.
-  const bool small_step = weights_.device().is_cuda() && B <= kDecodeGemvMaxSeqs;
+  const bool small_step =
+      weights_.device().is_cuda() && B <= decode_gemv_max_seqs(weights_.dtype());
   const bool gemv =
       small_step && batch.num_decode_rows >= 1 &&
       ops::gemv_supported(weights_.device(), weights_.dtype(), batch.num_decode_rows,

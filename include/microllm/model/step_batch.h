@@ -25,9 +25,9 @@ struct StepBatch {
   int64_t num_seqs = 0;     // B, host value
   int64_t max_seq_len = 0;  // host bound on every seq_lens[b] (≤ M·BS); 0: M·BS
   // Host value: rows [0, num_decode_rows) are each the one new token of its sequence. On
-  // CUDA, when there are 1 to kGemvMaxRows of them, their projections run through the
-  // decode GEMV (every other row through the GEMM), so a decode token's values never depend
-  // on the prefill rows that share its step.
+  // CUDA, in steps small enough for the decode GEMV (decoder_step.cpp), their projections
+  // run through the decode GEMV (every other row through the GEMM), so a decode token's
+  // values never depend on the prefill rows that share its step.
   int64_t num_decode_rows = 0;
 };
 

@@ -24,7 +24,9 @@ void linear_out(const Tensor& x, const Tensor& weight, const Tensor& bias, const
 // The decode projection: y = x · weightᵀ (+ bias) for a few rows (M ≤ kGemvMaxRows), x (M, in)
 // and y dense. Every output element is one fixed-order F32 dot product: the same bits
 // whatever M is and whichever rows share the call (batch invariant without a plan), and the
-// weight is streamed once for all M rows (decode is bandwidth bound). With
+// weight is streamed once for all M rows (decode is bandwidth bound). On CUDA one kernel per
+// range of M: 1–4 rows (and F32 always) on the CUDA cores, 5–8 rows of BF16/F16 on tensor
+// cores; the bits are M-independent within each range. With
 // GemvEpilogue::swiglu, weight is the fused gate/up matrix (2F, in), rows [0, F) gate and
 // [F, 2F) up, bias undefined, and y (M, F) = swiglu(gate, up) rounded as
 // swiglu_out(linear(x, gate), linear(x, up)) rounds: g and u to x's dtype, then silu(g)·u.

@@ -1,10 +1,11 @@
 // ops::gemv_out on CUDA (label cuda) against the CPU reference gemv_out on the same values
 // (F32 inputs; BF16 and F16 inputs widened exactly to F32 for the reference), on the
 // Qwen2.5-0.5B decode shapes (split-K for the down projection) and small odd ones, every row
-// count 1..8, with bias and with the SwiGLU epilogue; a row's bits alone equal its bits among
-// 8 rows; the fused norm prologue and residual epilogue give the bits of rms_norm_out,
-// gemv_out and add_out run one after another (RMSNorm widths whose norm block has 32 to
-// 1,024 threads, in place and not), and the rope_kv_write epilogue those of gemv_out and
+// count 1..8 (1–4 on the CUDA-core kernel, 5–8 of BF16/F16 on the tensor-core one), with bias
+// and with the SwiGLU epilogue; a row's bits alone equal its bits among up to 4 rows, and
+// among 5..8 rows equal its bits among 8; the fused norm prologue and residual epilogue give the
+// bits of rms_norm_out, gemv_out and add_out run one after another (RMSNorm widths whose norm block
+// has 32 to 1,024 threads, in place and not), and the rope_kv_write epilogue those of gemv_out and
 // rope_kv_write (D 64 and 128, f32 and bf16 caches, a padding slot); the error paths.
 #include <gtest/gtest.h>
 
@@ -96,25 +97,34 @@ TEST(CudaGemv, MatchesTheCpuReference) {
       }
 }
 
-TEST(CudaGemv, ARowGivesTheSameBitsAloneAndAmongEightRows) {
+// Within each kernel's range of rows (1–4 and 5–8; F32 1–8 on the CUDA cores).
+TEST(CudaGemv, ARowGivesTheSameBitsAloneAndAmongTheRowsOfItsKernel) {
   MICROLLM_REQUIRE_CUDA();
+  struct Range {
+    int64_t R;                   // rows of the full call
+    std::vector<int64_t> parts;  // row counts of the calls on its last rows
+  };
   for (DType dtype : microllm::testing::kCudaTestDtypes)
-    for (bool swiglu : {false, true}) {
-      const int64_t N = swiglu ? 4864 : 896, K = swiglu ? 896 : 4864;  // swiglu: gate_up; down
-      const Tensor x = host_randn({8, K}, 11, dtype).to(kGpu);
-      const Tensor w = host_randn({swiglu ? 2 * N : N, K}, 12, dtype).to(kGpu);
-      const ops::GemvEpilogue epi = swiglu ? ops::GemvEpilogue::swiglu : ops::GemvEpilogue::none;
-      Tensor all = Tensor::empty({8, N}, dtype, kGpu);
-      ops::gemv_out(x, w, Tensor(), all, epi);
-      const Tensor all_host = all.to(Device::cpu());
-      for (int64_t M : {1, 3, 5}) {
-        Tensor some = Tensor::empty({M, N}, dtype, kGpu);
-        ops::gemv_out(x.narrow(0, 8 - M, M), w, Tensor(), some, epi);  // the last M rows
-        const Tensor got = some.to(Device::cpu()), want = all_host.narrow(0, 8 - M, M).contiguous();
-        EXPECT_EQ(0, std::memcmp(got.raw_data(), want.raw_data(), got.nbytes()))
-            << dtype_name(dtype) << " swiglu " << swiglu << " M " << M;
+    for (bool swiglu : {false, true})
+      for (const Range& range :
+           {Range{4, {1, 3}}, dtype == DType::F32 ? Range{8, {1, 5, 7}} : Range{8, {5, 6, 7}}}) {
+        const int64_t N = swiglu ? 4864 : 896, K = swiglu ? 896 : 4864;  // swiglu: gate_up; down
+        const int64_t R = range.R;
+        const Tensor x = host_randn({R, K}, 11, dtype).to(kGpu);
+        const Tensor w = host_randn({swiglu ? 2 * N : N, K}, 12, dtype).to(kGpu);
+        const ops::GemvEpilogue epi = swiglu ? ops::GemvEpilogue::swiglu : ops::GemvEpilogue::none;
+        Tensor all = Tensor::empty({R, N}, dtype, kGpu);
+        ops::gemv_out(x, w, Tensor(), all, epi);
+        const Tensor all_host = all.to(Device::cpu());
+        for (int64_t M : range.parts) {
+          Tensor some = Tensor::empty({M, N}, dtype, kGpu);
+          ops::gemv_out(x.narrow(0, R - M, M), w, Tensor(), some, epi);  // the last M rows
+          const Tensor got = some.to(Device::cpu()),
+                       want = all_host.narrow(0, R - M, M).contiguous();
+          EXPECT_EQ(0, std::memcmp(got.raw_data(), want.raw_data(), got.nbytes()))
+              << dtype_name(dtype) << " swiglu " << swiglu << " M " << M;
+        }
       }
-    }
 }
 
 namespace {
@@ -143,7 +153,7 @@ TEST(CudaGemv, FusedNormAndResidualGiveTheBitsOfTheSeparateOperators) {
   const double eps = 1e-6;
   for (DType dtype : microllm::testing::kCudaTestDtypes)
     for (const FusedCase& c : cases)
-      for (int64_t M : {1, 2, 3, 4, 8}) {
+      for (int64_t M : {1, 2, 3, 4, 5, 8}) {
         if (!ops::gemv_norm_supported(kGpu, dtype, M, c.K) && c.norm) continue;
         const int64_t rows = c.swiglu ? 2 * c.N : c.N;
         const Tensor x = host_randn({M, c.K}, 21 + static_cast<uint64_t>(M), dtype).to(kGpu);
@@ -196,7 +206,7 @@ TEST(CudaGemv, RopeKvWriteEpilogueGivesTheBitsOfTheSeparateOperators) {
   for (DType dtype : microllm::testing::kCudaTestDtypes)
     for (DType cache_dtype : {DType::F32, DType::BF16})
       for (const Heads& h : shapes)
-        for (int64_t M : {1, 3, 4, 8}) {
+        for (int64_t M : {1, 3, 4, 5, 8}) {
           if (!ops::gemv_norm_supported(kGpu, dtype, M, h.K)) continue;  // f32 (8, 1536): 48 KB
           const int64_t width = (h.H + 2 * h.Hkv) * h.D;
           const Tensor x = host_randn({M, h.K}, 31 + static_cast<uint64_t>(M), dtype).to(kGpu);
@@ -281,4 +291,13 @@ TEST(CudaGemv, RejectsWhatTheKernelDoesNotTake) {
       "gemv_out", {"shared memory", "found x"}));
   EXPECT_FALSE(ops::gemv_supported(kGpu, DType::F64, 1, 16));
   EXPECT_TRUE(ops::gemv_supported(kGpu, DType::BF16, 8, 896));
+  EXPECT_FALSE(ops::gemv_supported(kGpu, DType::F32, 9, 896));
+  EXPECT_FALSE(ops::gemv_supported(kGpu, DType::BF16, 9, 896));
+  const Tensor x9 = host_randn({9, 16}, 8, DType::F32).to(kGpu);
+  EXPECT_TRUE(throws_error(
+      [&] {
+        ops::gemv_out(x9, host_randn({4, 16}, 9, DType::F32).to(kGpu), {},
+                      Tensor::empty({9, 4}, DType::F32, kGpu));
+      },
+      "gemv_out", {"takes 1 to 8 rows", "found x"}));
 }

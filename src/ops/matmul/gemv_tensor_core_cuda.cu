@@ -1,0 +1,231 @@
+// The decode GEMV on tensor cores, BF16/F16, M ≤ 16 rows of x (see gemv_cuda.cu for the
+// contract and gemv_fusion.cuh for the fusions), on Hopper's mma.sync m16n8k16: x's rows
+// are the 16-row A operand and W's rows — the operand that is streamed — the 8 columns of
+// B, so a warp owns a tile of 8 output rows (as many warps as an 8-row kernel would have
+// for the small matrices of a layer) and the A tile is mostly empty at M = 1, which costs
+// nothing in a bandwidth-bound kernel:
+//   - with swiglu and rope a tile is 8 pairs of rows (16 weight rows); the warp walks its
+//     K slice in chunks of 4 16-byte groups per row: lane (g = lane / 4, c = lane % 4)
+//     loads group 4u + c of row g of chunk u straight from DRAM into registers, 8 KB of W
+//     per warp in flight, issued before any arithmetic, and the same group of x's rows g
+//     and g + 8;
+//   - K is permuted inside a chunk, identically for W and x (a sum's terms may be taken in
+//     any fixed order): the group a lane holds is 8 consecutive k, of which mma step s
+//     takes k = 4s…4s+3 as the fragment's k = 2c, 2c+1, 2c+8, 2c+9. So W needs no shared
+//     memory and no shuffles; the accumulators are F32;
+//   - a slice's chunks are accumulated in order, the slices of a split K are added in slice
+//     order in shared memory; the order is fixed by (N, K) alone, and a row of the mma (a
+//     row of x) never meets another, so a row of x gets the same bits alone or with up to
+//     15 others.
+// gemv_cuda.cu sends it the calls of 5 to 8 rows: there it streams W faster than the
+// CUDA-core kernel, which re-reads x from L1 for every row of W (LM head at M = 8: 99
+// against 236 µs); at 1 to 4 rows it is slower (85.7 against 70.2 µs), and past 16 rows
+// the x fragments, re-read for every 8 rows of W, cost more than W (0.78 TB/s on the LM
+// head at M = 64). Measurements: docs/optimization-log.md.
+// Reference for the fragment layouts: PTX ISA, "Matrix fragments for mma.m16n8k16"
+// (ops/attention/flash_mma.cuh holds the wrapper).
+#include <algorithm>
+#include <mutex>
+#include <set>
+#include <type_traits>
+#include <utility>
+
+#include "../attention/flash_mma.cuh"
+#include "gemv_fusion.cuh"
+#include "matmul_kernels.h"
+
+namespace microllm::ops::gemv_detail {
+namespace {
+
+constexpr int kTileRows = 8;            // output rows per warp: the mma's B columns
+constexpr int kChunkGroups = 4;         // 16-byte groups of a row per chunk (one per c)
+constexpr int kMaxSplits = kGemvWarps;  // K slices of one tile
+constexpr int64_t kTargetWarps = 1024;  // 8 KB in flight each: ~8 MB over the GPU
+constexpr int kMinSliceGroups = 8;      // a slice keeps at least 2 chunks
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// M ≤ 16; kEpi: the epilogue; kNorm: the norm prologue. Dynamic shared memory: with kNorm
+// the normalized rows (M, K / 8) as 16-byte groups, then with split K the slices' sums
+// (kGemvWarps, kParts, 8, 16) F32. The grid is at most what fits at once; block b serves
+// tile groups b, b + gridDim.x, ...
+template <class T, int kEpi, bool kNorm>
+__global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvParams<T> p) {
+  constexpr int kParts = kEpi == kPlain ? 1 : 2;  // weight rows per output row
+  constexpr int kChunks = 16 / kParts;            // chunks per lane per pass
+  constexpr int kCols = 16;                       // x rows the A tile holds
+  extern __shared__ uint4 dynamic_shared[];
+  __shared__ float scratch[kWarp];  // the prologue's warp sums
+  const int M = p.M, N = p.N, K = p.K, splits = p.splits;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int g = lane / 4, c = lane % 4;
+  const int groups = K / 8;        // 16-byte groups per row
+  uint4* normed = dynamic_shared;  // (M, groups)
+  float* partial = reinterpret_cast<float*>(dynamic_shared + (kNorm ? M * groups : 0));
+  const int tiles_per_block = kGemvWarps / splits;
+  const int64_t tiles = (N + kTileRows - 1) / kTileRows;
+  const int64_t tile_groups = (tiles + tiles_per_block - 1) / tiles_per_block;
+  const int slice = warp % splits;
+  const int per_slice = (groups + splits - 1) / splits;
+  const int begin = slice * per_slice, end = min(groups, begin + per_slice);
+  uint4 wv[kParts][kChunks];  // one pass of row g of the tile: parts × chunks
+  const uint4* w_rows[kParts];
+  auto point_at = [&](int64_t tile) {
+    const int64_t n = tile * kTileRows + g;
+#pragma unroll
+    for (int q = 0; q < kParts; ++q)
+      w_rows[q] =
+          n < N ? reinterpret_cast<const uint4*>(p.w + weight_row<T, kEpi>(p, n, q) * K) : nullptr;
+  };
+  auto load_pass = [&](int g0) {  // the chunks from group g0 on
+#pragma unroll
+    for (int u = 0; u < kChunks; ++u) {
+      const int gi = g0 + u * kChunkGroups + c;
+#pragma unroll
+      for (int q = 0; q < kParts; ++q)
+        wv[q][u] =
+            w_rows[q] != nullptr && gi < end ? __ldcs(w_rows[q] + gi) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  // The first pass of W streams in before the wait for the kernel that wrote x.
+  const int64_t first_tile = static_cast<int64_t>(blockIdx.x) * tiles_per_block + warp / splits;
+  if (first_tile < tiles) {
+    point_at(first_tile);
+    load_pass(begin);
+  }
+  enter_dependent_grid();
+  if constexpr (kNorm) normalize_rows(p, normed, scratch);
+  const uint4* x_groups = kNorm ? normed : reinterpret_cast<const uint4*>(p.x);  // (M, groups)
+  auto x_group = [&](int m, int gi) {
+    const int64_t at = static_cast<int64_t>(m) * groups + gi;
+    return m < M && gi < end ? (kNorm ? x_groups[at] : __ldg(x_groups + at))
+                             : make_uint4(0, 0, 0, 0);
+  };
+  for (int64_t tile_group = blockIdx.x; tile_group < tile_groups; tile_group += gridDim.x) {
+    const int64_t tile = tile_group * tiles_per_block + warp / splits;
+    float acc[kParts][4] = {};  // element j: x row g + 8·(j / 2), output row 2c + j % 2
+    if (tile < tiles) {         // no early exit: the whole block meets at __syncthreads below
+      if (tile_group != blockIdx.x) {
+        point_at(tile);
+        load_pass(begin);
+      }
+      for (int g0 = begin; g0 < end; g0 += kChunks * kChunkGroups) {
+        if (g0 != begin) load_pass(g0);
+#pragma unroll
+        for (int u = 0; u < kChunks; ++u) {
+          if (g0 + u * kChunkGroups >= end) break;  // uniform over the warp
+          const int gi = g0 + u * kChunkGroups + c;
+          const uint4 lo = x_group(g, gi), hi = x_group(g + 8, gi);
+#pragma unroll
+          for (int s = 0; s < 2; ++s) {
+            const uint32_t a[4] = {word(lo, 2 * s), word(hi, 2 * s), word(lo, 2 * s + 1),
+                                   word(hi, 2 * s + 1)};
+#pragma unroll
+            for (int q = 0; q < kParts; ++q) {
+              const uint32_t b[2] = {word(wv[q][u], 2 * s), word(wv[q][u], 2 * s + 1)};
+              flash::mma_16816<T>(acc[q], a, b);
+            }
+          }
+        }
+      }
+    }
+    if (splits == 1) {
+      if (tile < tiles) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int64_t n = tile * kTileRows + 2 * c + j % 2;
+          const int m = g + 8 * (j / 2);
+          if (n >= N || m >= M) continue;
+          float sum[kParts];
+#pragma unroll
+          for (int q = 0; q < kParts; ++q) sum[q] = acc[q][j];
+          finish_row<T, kEpi>(p, n, m, sum);
+        }
+      }
+      continue;
+    }
+    // partial (kGemvWarps, kParts, 8, kCols): each warp's sums over its slice.
+#pragma unroll
+    for (int q = 0; q < kParts; ++q)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = 2 * c + j % 2, m = g + 8 * (j / 2);
+        partial[((warp * kParts + q) * kTileRows + r) * kCols + m] = acc[q][j];
+      }
+    __syncthreads();
+    // One thread per (tile of the block, row of the tile, row of x) adds the slices in order.
+    for (int e = threadIdx.x; e < tiles_per_block * kTileRows * M; e += kGemvThreads) {
+      const int m = e % M, r = (e / M) % kTileRows, local = e / (M * kTileRows);
+      const int64_t n = (tile_group * tiles_per_block + local) * kTileRows + r;
+      if (n >= N) continue;
+      float sum[kParts];
+#pragma unroll
+      for (int q = 0; q < kParts; ++q) {
+        sum[q] = partial[((local * splits * kParts + q) * kTileRows + r) * kCols + m];
+        for (int s = 1; s < splits; ++s)
+          sum[q] += partial[(((local * splits + s) * kParts + q) * kTileRows + r) * kCols + m];
+      }
+      finish_row<T, kEpi>(p, n, m, sum);
+    }
+    __syncthreads();  // partial is rewritten by the next tile group
+  }
+}
+
+// The largest dynamic shared memory an instantiation asks for: the norm prologue's rows and
+// the split-K sums.
+constexpr size_t max_shared_bytes(int parts) {
+  return static_cast<size_t>(kGemvNormMaxBytes) +
+         sizeof(float) * kGemvWarps * parts * kTileRows * 16;
+}
+
+// Lets `kernel` take up to `bytes` of dynamic shared memory (over the 48 KB default), once.
+void allow_dynamic_shared(const void* kernel, size_t bytes) {
+  static std::mutex mutex;
+  static std::set<const void*> done;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (!done.insert(kernel).second) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(bytes)));
+}
+
+}  // namespace
+
+// Split-K factor for a product of `rows` weight rows of `groups` 16-byte groups: double while
+// the grid is short of kTargetWarps and each slice keeps kMinSliceGroups.
+int tensor_core_splits(int64_t rows, int64_t groups) {
+  const int64_t tiles = (rows + kTileRows - 1) / kTileRows;
+  int splits = 1;
+  while (splits < kMaxSplits && tiles * splits < kTargetWarps &&
+         groups / (2 * splits) >= kMinSliceGroups)
+    splits *= 2;
+  return splits;
+}
+
+template <class T>
+void launch_gemv_tensor_core(const GemvParams<T>& p, int epi, bool norm, cudaStream_t stream) {
+  const int64_t groups = p.K / 8, tiles = ceil_div(static_cast<int64_t>(p.N), kTileRows);
+  const int64_t tile_groups = ceil_div(tiles, static_cast<int64_t>(kGemvWarps / p.splits));
+  const int parts = epi == kPlain ? 1 : 2;
+  const size_t shared = (norm ? static_cast<size_t>(p.M * groups) * sizeof(uint4) : 0) +
+                        (p.splits > 1 ? sizeof(float) * kGemvWarps * parts * kTileRows * 16 : 0);
+  auto pick = [&](auto epilogue) {
+    constexpr int kE = decltype(epilogue)::value;
+    return norm ? gemv_tensor_core_kernel<T, kE, true> : gemv_tensor_core_kernel<T, kE, false>;
+  };
+  const auto kernel = epi == kSwiglu ? pick(std::integral_constant<int, kSwiglu>{})
+                      : epi == kRope ? pick(std::integral_constant<int, kRope>{})
+                                     : pick(std::integral_constant<int, kPlain>{});
+  allow_dynamic_shared(reinterpret_cast<const void*>(kernel), max_shared_bytes(parts));
+  launch_dependent(
+      "gemv_tensor_core_kernel", kernel,
+      dim3(static_cast<unsigned>(std::min<int64_t>(
+          tile_groups, resident_blocks(reinterpret_cast<const void*>(kernel), shared)))),
+      dim3(kGemvThreads), shared, stream, p);
+}
+
+template void launch_gemv_tensor_core(const GemvParams<__nv_bfloat16>&, int, bool, cudaStream_t);
+template void launch_gemv_tensor_core(const GemvParams<__half>&, int, bool, cudaStream_t);
+
+}  // namespace microllm::ops::gemv_detail
