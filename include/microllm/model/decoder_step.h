@@ -22,7 +22,8 @@
 // later operators overwrite (the residual stream is updated in place), so it copies what it
 // keeps. CPU steps compute in F32 (or F64); CUDA steps in F32, BF16 or F16.
 //
-// On CUDA, a step of at most 4 sequences runs its decode rows through the GEMV; when every
+// On CUDA, a step of at most 4 sequences (8 in BF16/F16) runs its decode rows through the
+// GEMV (ops::gemv_out: 1–4 rows on the CUDA cores, 5–8 on tensor cores); when every
 // row is a decode row and nobody observes, the norms run inside the GEMVs (prologue) and the
 // residual adds in their epilogues: per layer the QKV GEMV (norm; RoPE and the KV write in
 // its epilogue, but for qwen3's QK-norm), attention, the O GEMV (+ x), the gate/up GEMV

@@ -39,6 +39,9 @@ namespace {
 
 using namespace gemv_detail;
 
+// Calls of at most this many rows (and every F32 call) take the CUDA-core kernel, larger
+// BF16/F16 calls the tensor-core kernel (docs/optimization-log.md).
+constexpr int64_t kGemvCudaCoreRows = 4;
 constexpr int kLoads = 4;               // 16-byte loads of W per lane in flight
 constexpr int kMaxSplits = kGemvWarps;  // K slices of one row
 constexpr int64_t kTargetWarps = 4096;  // ~31 warps per SM of a 132-SM H200
@@ -217,8 +220,8 @@ void launch_gemv_cuda_cores(const GemvParams<T>& p, int epi, bool norm, cudaStre
   });
 }
 
-}  // namespace
-
+// The tensor-core kernel, unless MICROLLM_GEMV_ENGINE is "cuda_cores" (for measurements:
+// then every call takes the CUDA-core kernel).
 bool gemv_tensor_cores_enabled() {
   static const bool enabled = [] {
     const char* env = std::getenv("MICROLLM_GEMV_ENGINE");
@@ -226,6 +229,8 @@ bool gemv_tensor_cores_enabled() {
   }();
   return enabled;
 }
+
+}  // namespace
 
 void gemv_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
                const GemvFusion& fusion) {

@@ -47,11 +47,6 @@ void gemv_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias, const T
 inline constexpr int64_t kGemvNormMaxBytes = 40 * 1024;  // + static shared < 48 KB
 inline constexpr int64_t kGemvNormMaxGroups = 1024;
 #if MICROLLM_WITH_CUDA
-// On CUDA, calls of at most this many rows (and every F32 call) go through the CUDA-core
-// kernel, larger BF16/F16 calls through the tensor-core kernel, unless
-// MICROLLM_GEMV_ENGINE=cuda_cores (for measurements) sends them to the CUDA-core kernel too.
-inline constexpr int64_t kGemvCudaCoreRows = 4;
-bool gemv_tensor_cores_enabled();
 // The fused form on CUDA (the CPU composes the unfused operators, see gemv.cpp); the norm
 // weight and residual validated against x and out.
 void gemv_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
