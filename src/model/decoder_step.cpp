@@ -16,9 +16,11 @@ namespace {
 // on CUDA (docs/optimization-log.md, H200, Qwen2.5-0.5B shape): F32 steps of up to 4
 // sequences (at batch 8 the CUDA-core GEMV decoded slower than cuBLASLt: 3,842 against
 // 4,693 tokens/s; at batch 1 faster: 916 against 586); BF16/F16 steps of up to 8, whose
-// 5–8 rows take the tensor-core GEMV and the fused layer (batch 8: 6,511 against 5,951
-// through cuBLASLt; batch 16 would lose: 9,975 against 11,866). A sequence's bits are
-// independent of the batch within steps of 1–4 and within steps of 5–8 sequences.
+// calls take the tensor-core GEMV from 5 sequences on, and the fused layer (batch 8 context
+// 512: 5,926 tokens/s, against 5,466 through cuBLASLt; a variant that took batch 16 lost:
+// 9,975 against 11,866). The GEMV's kernel is chosen by the step's sequence count
+// (GemvFusion::kernel_rows), so a sequence's bits are independent of the batch within steps
+// of 1–4 and within steps of 5–8 sequences, prefill rows or not.
 int64_t decode_gemv_max_seqs(DType dtype) {
   return dtype == DType::BF16 || dtype == DType::F16 ? ops::kGemvMaxRows : 4;
 }
@@ -145,8 +147,11 @@ Tensor DecoderStep::forward(
   const bool fused =
       fuse_decode_ && Nd == N && !observe &&
       ops::gemv_norm_supported(weights_.device(), weights_.dtype(), N, c.hidden_size);
+  // Every GEMV of the step takes the kernel of a B-row call, however many of its rows decode.
+  ops::GemvFusion step_gemv;
+  step_gemv.kernel_rows = small_step ? B : 0;
   auto project = [&](const Tensor& in, const Tensor& w, const Tensor& bias, const Tensor& out) {
-    if (Nd > 0) ops::gemv_out(rows(in, Nd), w, bias, rows(out, Nd));
+    if (Nd > 0) ops::gemv_out(rows(in, Nd), w, bias, rows(out, Nd), step_gemv);
     if (Nd < N) ops::linear_out(rows_from(in, Nd, N - Nd), w, bias, rows_from(out, Nd, N - Nd));
   };
   const Tensor ids = rows(batch.token_ids, N);        // (N)
@@ -165,12 +170,12 @@ Tensor DecoderStep::forward(
   const Tensor v_part = qkv.narrow(1, qd + kvd, kvd).view({N, Hkv, D});  // (N, Hkv, D)
 
   auto norm_of = [&](const Tensor& weight) {
-    ops::GemvFusion f;
+    ops::GemvFusion f = step_gemv;
     f.norm_weight = weight;
     f.norm_eps = eps;
     return f;
   };
-  ops::GemvFusion add_to_x;  // x += the product
+  ops::GemvFusion add_to_x = step_gemv;  // x += the product
   add_to_x.residual = x;
   ops::embedding_out(weights_.embed(), ids, x);
   emit("embedding", x);
@@ -228,8 +233,11 @@ Tensor DecoderStep::forward(
     emit_layer(i, "mlp.norm", h);
     // Decode rows: one GEMV over the fused (2F, C) matrix with the SwiGLU epilogue. Other
     // rows: gate and up from its two row halves, each dense, then swiglu.
-    if (Nd > 0)
-      ops::gemv_out(rows(h, Nd), w.gate_up, Tensor(), rows(act, Nd), ops::GemvEpilogue::swiglu);
+    if (Nd > 0) {
+      ops::GemvFusion swiglu = step_gemv;
+      swiglu.epilogue = ops::GemvEpilogue::swiglu;
+      ops::gemv_out(rows(h, Nd), w.gate_up, Tensor(), rows(act, Nd), swiglu);
+    }
     if (Nd < N) {
       const int64_t Np = N - Nd;
       const Tensor h_p = rows_from(h, Nd, Np), gate_p = rows_from(gate, Nd, Np),

@@ -27,7 +27,8 @@ struct StepBatch {
   // Host value: rows [0, num_decode_rows) are each the one new token of its sequence. On
   // CUDA, in steps small enough for the decode GEMV (decoder_step.cpp), their projections
   // run through the decode GEMV (every other row through the GEMM), so a decode token's
-  // values never depend on the prefill rows that share its step.
+  // values never depend on the prefill rows that share its step (the GEMV's kernel is chosen
+  // by the step's sequence count).
   int64_t num_decode_rows = 0;
 };
 

@@ -22,11 +22,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 void linear_out(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out);
 
 // The decode projection: y = x · weightᵀ (+ bias) for a few rows (M ≤ kGemvMaxRows), x (M, in)
-// and y dense. Every output element is one fixed-order F32 dot product: the same bits
-// whatever M is and whichever rows share the call (batch invariant without a plan), and the
-// weight is streamed once for all M rows (decode is bandwidth bound). On CUDA one kernel per
-// range of M: 1–4 rows (and F32 always) on the CUDA cores, 5–8 rows of BF16/F16 on tensor
-// cores; the bits are M-independent within each range. With
+// and y dense. Every output element is one F32 accumulation in an order fixed by the matrix
+// shape, so a row gives the same bits whichever rows share the call (batch invariant without
+// a plan), and the weight is streamed once for all M rows (decode is bandwidth bound). On
+// CUDA the kernel, and with it the order, depends on the range of M: 1–4 rows (and F32
+// always) on the CUDA cores, 5–8 rows of BF16/F16 on tensor cores (GemvFusion::kernel_rows
+// picks by another count); within a range the bits do not depend on M. With
 // GemvEpilogue::swiglu, weight is the fused gate/up matrix (2F, in), rows [0, F) gate and
 // [F, 2F) up, bias undefined, and y (M, F) = swiglu(gate, up) rounded as
 // swiglu_out(linear(x, gate), linear(x, up)) rounds: g and u to x's dtype, then silu(g)·u.
@@ -60,17 +61,21 @@ struct GemvRopeKvWrite {
   Tensor k_out;             // (M, Hkv, D) dense, x's dtype
   Tensor k_cache, v_cache;  // (NB, BS, Hkv, D) f32 or bf16
 };
+// kernel_rows (0, or M…kGemvMaxRows): the kernel is chosen as for a call of that many rows,
+// so a caller whose calls have varying row counts (DecoderStep: the decode rows of a step
+// that also holds prefill rows) can keep one kernel, and so one order of sums, per step size.
 struct GemvFusion {
   GemvEpilogue epilogue = GemvEpilogue::none;
   Tensor norm_weight;
   double norm_eps = 0.0;
   Tensor residual;
   GemvRopeKvWrite rope;  // GemvEpilogue::rope_kv_write only
+  int64_t kernel_rows = 0;
 };
 void gemv_out(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
               const GemvFusion& fusion);
 // True when gemv_out takes x (rows, in) with a norm prologue (on CUDA the normalized rows
-// live in shared memory: at most 48 KB of them, and at most 1,024 16-byte groups per row).
+// live in shared memory: at most 40 KB of them, and at most 1,024 16-byte groups per row).
 bool gemv_norm_supported(Device device, DType dtype, int64_t rows, int64_t in);
 
 // The reference: three plain loops in F64, no BLAS, no autograd. Same shape rules.

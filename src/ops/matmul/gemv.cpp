@@ -113,6 +113,10 @@ void gemv_out(const Tensor& x, const Tensor& weight, const Tensor& bias, const T
     MICROLLM_CHECK(bias.dim() == 1 && bias.size(0) == N, op, "bias must be (", N, "), found ",
                    bias.describe());
   }
+  MICROLLM_CHECK(
+      fusion.kernel_rows == 0 || (fusion.kernel_rows >= M && fusion.kernel_rows <= kGemvMaxRows),
+      op, "kernel_rows must be 0 or between x's ", M, " rows and ", kGemvMaxRows, ", found ",
+      fusion.kernel_rows);
   const Tensor& norm = fusion.norm_weight;
   if (norm.defined()) {
     detail::check_same_dtype(op, x, "x", norm, "norm_weight");

@@ -3,13 +3,13 @@
 // M ≤ 8 a GEMM does 2·M FLOPs per 2 bytes of BF16 weight, below where the H200 stops being
 // bandwidth bound, so a kernel's job is to keep enough bytes of W in flight. Two kernels
 // share the fusions of gemv_fusion.cuh:
-//   - BF16/F16 calls of 5–8 rows: gemv_tensor_core_cuda.cu, one warp per 8 output rows on
-//     mma.sync (MICROLLM_GEMV_ENGINE=cuda_cores sends them to the kernel below instead);
-//   - F32 calls and calls of 1–4 rows, here: one warp per output row n on the CUDA cores (with
-//   swiglu: per pair
-//     of rows n, F + n, so the epilogue has both), 8 warps per block; lanes read 16-byte
-//     groups of W, kLoads of them issued back to back before any arithmetic; W is read once
-//     for all M rows of x, with evict-first loads (W is used once; x, re-read by every warp,
+//   - BF16/F16 calls of 5–8 rows (or GemvFusion::kernel_rows): gemv_tensor_core_cuda.cu, one
+//     warp per 8 output rows on mma.sync (MICROLLM_GEMV_ENGINE=cuda_cores sends them to the
+//     kernel below instead);
+//   - F32 calls and calls of 1–4 rows, here: one warp per output row n on the CUDA cores
+//     (with swiglu: per pair of rows n, F + n, so the epilogue has both), 8 warps per block; lanes
+//     read 16-byte groups of W, kLoads of them issued back to back before any arithmetic; W is read
+//     once for all M rows of x, with evict-first loads (W is used once; x, re-read by every warp,
 //     stays in cache); when N alone gives too few warps to fill the GPU, the K of a row is
 //     split over `splits` warps of a block and the slices are added in slice order in
 //     shared memory (dev/cuda/gemv_bf16.cu variant 3 measured the design).
@@ -248,8 +248,9 @@ void gemv_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const 
   dispatch_cuda_float(x.dtype(), "gemv_out", [&](auto tag) {
     using T = decltype(tag);
     const int64_t groups = K / kVec<T>;
+    const int64_t kernel_rows = fusion.kernel_rows > 0 ? fusion.kernel_rows : M;
     const bool tensor_cores =
-        !std::is_same_v<T, float> && M > kGemvCudaCoreRows && gemv_tensor_cores_enabled();
+        !std::is_same_v<T, float> && kernel_rows > kGemvCudaCoreRows && gemv_tensor_cores_enabled();
     GemvParams<T> p{};
     p.x = ptr<const T>(x);
     p.w = ptr<const T>(weight);

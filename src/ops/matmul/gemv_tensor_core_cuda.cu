@@ -15,13 +15,14 @@
 //     memory and no shuffles; the accumulators are F32;
 //   - a slice's chunks are accumulated in order, the slices of a split K are added in slice
 //     order in shared memory; the order is fixed by (N, K) alone, and a row of the mma (a
-//     row of x) never meets another, so a row of x gets the same bits alone or with up to
-//     15 others.
-// gemv_cuda.cu sends it the calls of 5 to 8 rows: there it streams W faster than the
-// CUDA-core kernel, which re-reads x from L1 for every row of W (LM head at M = 8: 99
-// against 236 µs); at 1 to 4 rows it is slower (85.7 against 70.2 µs), and past 16 rows
-// the x fragments, re-read for every 8 rows of W, cost more than W (0.78 TB/s on the LM
-// head at M = 64). Measurements: docs/optimization-log.md.
+//     row of x) never meets another, so a row of x gets the same bits in a call of any
+//     number of rows up to 16.
+// gemv_cuda.cu sends it the BF16/F16 calls of 5 to 8 rows: there it streams W faster than
+// the CUDA-core kernel, which re-reads x from L1 for every row of W (LM head at M = 8: 101
+// against 235 µs, at M = 4 94 against 140); at M = 1 it is slower (LM head 88 against
+// 69 µs, the 0.5B shape decodes 1,092 against 1,367 tokens/s); M = 2 and 3 were not
+// measured. Past 16 rows the x fragments, re-read for every 8 rows of W, cost more than W
+// (0.78 TB/s on the LM head at M = 64). Measurements: docs/optimization-log.md.
 // Reference for the fragment layouts: PTX ISA, "Matrix fragments for mma.m16n8k16"
 // (ops/attention/flash_mma.cuh holds the wrapper).
 #include <algorithm>
@@ -180,12 +181,15 @@ constexpr size_t max_shared_bytes(int parts) {
          sizeof(float) * kGemvWarps * parts * kTileRows * 16;
 }
 
-// Lets `kernel` take up to `bytes` of dynamic shared memory (over the 48 KB default), once.
+// Lets `kernel` take up to `bytes` of dynamic shared memory (over the 48 KB default), once
+// per device.
 void allow_dynamic_shared(const void* kernel, size_t bytes) {
   static std::mutex mutex;
-  static std::set<const void*> done;
+  static std::set<std::pair<int, const void*>> done;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
   const std::lock_guard<std::mutex> lock(mutex);
-  if (!done.insert(kernel).second) return;
+  if (!done.insert({device, kernel}).second) return;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(bytes)));
 }

@@ -239,4 +239,12 @@ TEST(Gemv, RejectsWhatItDoesNotTake) {
   EXPECT_FALSE(ops::gemv_supported(Device::cpu(), DType::BF16, 1, 16));
   EXPECT_FALSE(ops::gemv_supported(Device::cpu(), DType::F32, ops::kGemvMaxRows + 1, 16));
   EXPECT_TRUE(ops::gemv_supported(Device::cpu(), DType::F32, ops::kGemvMaxRows, 16));
+  ops::GemvFusion too_few;  // kernel_rows below x's rows
+  too_few.kernel_rows = 1;
+  EXPECT_TRUE(throws_error([&] { ops::gemv_out(x, w, {}, y, too_few); }, "gemv_out",
+                           {"kernel_rows", "found 1"}));
+  ops::GemvFusion too_many;
+  too_many.kernel_rows = ops::kGemvMaxRows + 1;
+  EXPECT_TRUE(throws_error([&] { ops::gemv_out(x, w, {}, y, too_many); }, "gemv_out",
+                           {"kernel_rows", "found 9"}));
 }

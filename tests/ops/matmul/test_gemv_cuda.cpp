@@ -26,6 +26,8 @@ using microllm::testing::gemv::worst_error;
 namespace {
 
 const Device kGpu = Device::cuda(0);
+// Both kernels' dtypes: F32 (CUDA cores only), BF16 and F16 (tensor cores from 5 rows).
+constexpr DType kGemvDtypes[] = {DType::F32, DType::BF16, DType::F16};
 
 Tensor host_randn(const Shape& shape, uint64_t seed, DType dtype) {
   Generator gen(seed);
@@ -43,10 +45,12 @@ struct Case {
 
 TEST(CudaGemv, MatchesTheCpuReference) {
   MICROLLM_REQUIRE_CUDA();
-  const Case cases[] = {{1152, 896, true, false}, {896, 896, false, false},
-                        {4864, 896, false, true}, {896, 4864, false, false},
-                        {37, 64, true, false},    {5, 24, false, true}};
-  for (DType dtype : microllm::testing::kCudaTestDtypes)
+  // 16,384 rows: enough tiles that neither kernel splits K.
+  const Case cases[] = {{1152, 896, true, false},   {896, 896, false, false},
+                        {4864, 896, false, true},   {896, 4864, false, false},
+                        {16384, 896, false, false}, {37, 64, true, false},
+                        {5, 24, false, true}};
+  for (DType dtype : kGemvDtypes)
     for (const Case& c : cases)
       for (int64_t M = 1; M <= ops::kGemvMaxRows; ++M) {
         const int64_t rows = c.swiglu ? 2 * c.N : c.N;
@@ -97,17 +101,23 @@ TEST(CudaGemv, MatchesTheCpuReference) {
       }
 }
 
-// Within each kernel's range of rows (1–4 and 5–8; F32 1–8 on the CUDA cores).
+// Within each kernel's range of rows (1–4 and 5–8; F32 1–8 on the CUDA cores); a call of
+// fewer rows with kernel_rows = 8 takes the 8-row call's kernel and gives its bits.
 TEST(CudaGemv, ARowGivesTheSameBitsAloneAndAmongTheRowsOfItsKernel) {
   MICROLLM_REQUIRE_CUDA();
-  struct Range {
-    int64_t R;                   // rows of the full call
-    std::vector<int64_t> parts;  // row counts of the calls on its last rows
+  struct Part {
+    int64_t rows, kernel_rows;
   };
-  for (DType dtype : microllm::testing::kCudaTestDtypes)
+  struct Range {
+    int64_t R;                // rows of the full call
+    std::vector<Part> parts;  // calls on its last rows
+  };
+  for (DType dtype : kGemvDtypes)
     for (bool swiglu : {false, true})
       for (const Range& range :
-           {Range{4, {1, 3}}, dtype == DType::F32 ? Range{8, {1, 5, 7}} : Range{8, {5, 6, 7}}}) {
+           {Range{4, {{1, 0}, {3, 0}}}, dtype == DType::F32
+                                            ? Range{8, {{1, 0}, {5, 0}, {7, 0}}}
+                                            : Range{8, {{5, 0}, {6, 0}, {7, 0}, {2, 8}, {4, 6}}}}) {
         const int64_t N = swiglu ? 4864 : 896, K = swiglu ? 896 : 4864;  // swiglu: gate_up; down
         const int64_t R = range.R;
         const Tensor x = host_randn({R, K}, 11, dtype).to(kGpu);
@@ -116,13 +126,18 @@ TEST(CudaGemv, ARowGivesTheSameBitsAloneAndAmongTheRowsOfItsKernel) {
         Tensor all = Tensor::empty({R, N}, dtype, kGpu);
         ops::gemv_out(x, w, Tensor(), all, epi);
         const Tensor all_host = all.to(Device::cpu());
-        for (int64_t M : range.parts) {
+        for (const Part& part : range.parts) {
+          const int64_t M = part.rows;
+          ops::GemvFusion f;
+          f.epilogue = epi;
+          f.kernel_rows = part.kernel_rows;
           Tensor some = Tensor::empty({M, N}, dtype, kGpu);
-          ops::gemv_out(x.narrow(0, R - M, M), w, Tensor(), some, epi);  // the last M rows
+          ops::gemv_out(x.narrow(0, R - M, M), w, Tensor(), some, f);  // the last M rows
           const Tensor got = some.to(Device::cpu()),
                        want = all_host.narrow(0, R - M, M).contiguous();
           EXPECT_EQ(0, std::memcmp(got.raw_data(), want.raw_data(), got.nbytes()))
-              << dtype_name(dtype) << " swiglu " << swiglu << " M " << M;
+              << dtype_name(dtype) << " swiglu " << swiglu << " M " << M << " kernel_rows "
+              << part.kernel_rows;
         }
       }
 }
@@ -143,15 +158,18 @@ TEST(CudaGemv, FusedNormAndResidualGiveTheBitsOfTheSeparateOperators) {
     bool bias, swiglu, norm, residual;
   };
   // Qwen2.5-0.5B (C 896: a 128-thread norm), 1.5B (C 1536: 192), a 3,072-wide row (384
-  // threads: the kernel's 256 play two each) and an 8,192-wide one (1,024), small odd ones.
+  // threads: the kernel's 256 play two each) and an 8,192-wide one (1,024), small odd ones;
+  // at 5 BF16 rows of 4,096 the normalized rows and the split-K sums of the tensor-core
+  // kernel need more than 48 KB of shared memory.
   const FusedCase cases[] = {
       {1152, 896, true, false, true, false},  {896, 896, false, false, false, true},
       {4864, 896, false, true, true, false},  {896, 4864, false, false, false, true},
       {2048, 1536, true, false, true, false}, {8960, 1536, false, true, true, false},
       {640, 3072, false, false, true, true},  {300, 8192, false, false, true, false},
-      {37, 64, true, false, true, true},      {5, 24, false, true, true, false}};
+      {1024, 4096, false, true, true, false}, {37, 64, true, false, true, true},
+      {5, 24, false, true, true, false}};
   const double eps = 1e-6;
-  for (DType dtype : microllm::testing::kCudaTestDtypes)
+  for (DType dtype : kGemvDtypes)
     for (const FusedCase& c : cases)
       for (int64_t M : {1, 2, 3, 4, 5, 8}) {
         if (!ops::gemv_norm_supported(kGpu, dtype, M, c.K) && c.norm) continue;
@@ -203,7 +221,7 @@ TEST(CudaGemv, RopeKvWriteEpilogueGivesTheBitsOfTheSeparateOperators) {
   };
   const Heads shapes[] = {{14, 2, 64, 896}, {12, 2, 128, 1536}, {4, 4, 64, 64}};
   const int64_t NB = 6, BS = 4;
-  for (DType dtype : microllm::testing::kCudaTestDtypes)
+  for (DType dtype : kGemvDtypes)
     for (DType cache_dtype : {DType::F32, DType::BF16})
       for (const Heads& h : shapes)
         for (int64_t M : {1, 3, 4, 5, 8}) {
