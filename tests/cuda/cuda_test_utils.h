@@ -53,5 +53,7 @@ Tensor cuda_test_leaf(const Shape& shape, uint64_t seed, double mean = 0.0, doub
 CudaCheckOptions options_in(DType dtype);
 // The dtypes every CUDA operator test covers.
 inline constexpr DType kCudaTestDtypes[] = {DType::F32, DType::BF16};
+// Every floating dtype a CUDA kernel is instantiated for, for the tests that cover F16 too.
+inline constexpr DType kCudaFloatDtypes[] = {DType::F32, DType::BF16, DType::F16};
 
 }  // namespace microllm::testing

@@ -280,12 +280,9 @@ void gemv_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const 
                               static_cast<int>(rope.q_out.size(1)),
                               static_cast<int>(rope.k_cache.size(2)),
                               static_cast<int>(rope.k_cache.size(3))};
-    if constexpr (std::is_same_v<T, float>)
-      launch_gemv_cuda_cores(p, epi, norm, stream);
-    else if (tensor_cores)
-      launch_gemv_tensor_core(p, epi, norm, stream);
-    else
-      launch_gemv_cuda_cores(p, epi, norm, stream);
+    if constexpr (!std::is_same_v<T, float>)  // no F32 tensor-core kernel is instantiated
+      if (tensor_cores) return launch_gemv_tensor_core(p, epi, norm, stream);
+    launch_gemv_cuda_cores(p, epi, norm, stream);
   });
 }
 

@@ -27,7 +27,7 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 // Both kernels' dtypes: F32 (CUDA cores only), BF16 and F16 (tensor cores from 5 rows).
-constexpr DType kGemvDtypes[] = {DType::F32, DType::BF16, DType::F16};
+const auto& kGemvDtypes = microllm::testing::kCudaFloatDtypes;
 
 Tensor host_randn(const Shape& shape, uint64_t seed, DType dtype) {
   Generator gen(seed);

@@ -26,7 +26,7 @@ Tensor leaf(const Shape& shape, uint64_t seed, double mean = 0.0, double std = 1
 CudaCheckOptions in(DType dtype) { return microllm::testing::options_in(dtype); }
 
 constexpr const DType (&kDtypes)[2] = microllm::testing::kCudaTestDtypes;
-const DType kAllDtypes[] = {DType::F32, DType::BF16, DType::F16};
+const auto& kAllDtypes = microllm::testing::kCudaFloatDtypes;
 
 }  // namespace
 

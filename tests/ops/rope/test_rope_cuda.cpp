@@ -25,7 +25,7 @@ Tensor leaf(const Shape& shape, uint64_t seed, double mean = 0.0, double std = 1
 CudaCheckOptions in(DType dtype) { return microllm::testing::options_in(dtype); }
 
 constexpr const DType (&kDtypes)[2] = microllm::testing::kCudaTestDtypes;
-const DType kAllDtypes[] = {DType::F32, DType::BF16, DType::F16};
+const auto& kAllDtypes = microllm::testing::kCudaFloatDtypes;
 
 // Positions start, start + 1, …, start + T − 1 as a (T) I64 tensor.
 Tensor positions_from(int64_t start, int64_t T) {
