@@ -217,7 +217,7 @@ Tensor DecoderStep::forward(
     emit_layer(i, "attn.v", v_part);
     ops::paged_attention(q, cache.k, cache.v, rows(batch.query_starts, B + 1),
                          rows(batch.seq_lens, B), rows(batch.block_tables, B), scale, max_seq_len,
-                         attn, ws.attention_scratch);
+                         attn, ws.attention_scratch, ops::PagedHistory::earlier_steps);
     if (fused) {
       ops::gemv_out(attn.view({N, qd}), w.o_proj, Tensor(), x, add_to_x);
       ops::GemvFusion gate_up = norm_of(w.post_norm);

@@ -3,9 +3,12 @@
 // and 5, GQA 1, 2, 7, 8, D 64 and 128, F32 / BF16 / F16 queries over F32 / BF16 caches), long
 // contexts that take the split-K path (2,000 and 8,192 keys at batch 1, a mixed batch), the
 // same row giving the same bits in split and single-pass steps, two runs giving the same bits,
-// and no allocation, copy or synchronization across the calls once set up.
+// no allocation, copy or synchronization across the calls once set up, and the early loads of
+// PagedHistory::earlier_steps giving the bits of the plain wait after the kernel that writes
+// the step's new keys.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -17,6 +20,7 @@
 #include "microllm/cuda/allocator.h"
 #include "microllm/ops/kv_write.h"
 #include "microllm/ops/paged_attention.h"
+#include "microllm/ops/rope.h"
 #include "ops/paged_attention/paged_step_fixture.h"
 
 using namespace microllm;
@@ -283,6 +287,54 @@ TEST(CudaPagedAttention, DeterministicWithoutAllocationsCopiesOrSynchronizations
   EXPECT_EQ(t.host_synchronizations, 0);
   EXPECT_TRUE(same_bytes(out_decode, first_decode));
   EXPECT_TRUE(same_bytes(out_mixed, first_mixed));
+}
+
+// The decode step's pattern: the kernel just before attention (rope_kv_write, launched as a
+// dependent grid) writes the step's new keys into a NaN-poisoned cache, and attention with
+// PagedHistory::earlier_steps loads the history before it waits for that kernel. Every step of
+// every schedule (whole prefill, chunks, decode; single-pass and split steps) gives the bits of
+// the plain wait, with no NaN (a new key read before it was written would show as one).
+TEST(CudaPagedAttention, EarlyHistoryLoadsGiveTheBitsOfThePlainWait) {
+  MICROLLM_REQUIRE_CUDA();
+  const Heads h{14, 2, 64};
+  const std::vector<int64_t> lengths = {37, 5, 20, 1, 2100};
+  const std::vector<Sequence> seqs = make_sequences(lengths, h.H, h.Hkv, h.D, 71);
+  const Layout layout = make_layout(lengths, 16, 72);
+  const Tensor inv_freq = ops::rope_inv_freq(h.D, 1e6).to(kGpu);  // (D/2) F32
+  for (DType dtype : {DType::BF16, DType::F32}) {
+    int schedule = 0;
+    for (const std::vector<Ranges>& steps : standard_schedules(lengths)) {
+      CachePair early(layout, h.Hkv, h.D, dtype), plain(layout, h.Hkv, h.D, dtype);
+      for (size_t i = 0; i < steps.size(); ++i) {
+        const Step step = to_device(make_step(seqs, layout, steps[i], 2, dtype), kGpu);
+        std::vector<int64_t> position_values;  // (N) each row's position; padding rows 0
+        for (const auto& [begin, end] : steps[i])
+          for (int64_t j = begin; j < end; ++j) position_values.push_back(j);
+        position_values.resize(static_cast<size_t>(step.q.size(0)), 0);
+        const Tensor positions = Tensor::from_vector(
+            position_values, {static_cast<int64_t>(position_values.size())}, DType::I32, kGpu);
+        const Tensor workspace = workspace_for(step, 2100, kGpu);
+        const auto run = [&](CachePair& c, ops::PagedHistory history) {
+          Tensor q = Tensor::empty(step.q.shape(), dtype, kGpu);  // (N, H, D)
+          Tensor k = Tensor::empty(step.k.shape(), dtype, kGpu);  // (N, Hkv, D)
+          Tensor out = Tensor::full(step.q.shape(), 3.0, dtype, kGpu);
+          ops::rope_kv_write(step.q, step.k, step.v, positions, inv_freq, step.slot_mapping, q, k,
+                             c.gpu_k, c.gpu_v);
+          ops::paged_attention(q, c.gpu_k, c.gpu_v, step.query_starts, step.seq_lens,
+                               step.block_tables, NAN, 2100, out, workspace, history);
+          return out;
+        };
+        const Tensor got = run(early, ops::PagedHistory::earlier_steps);
+        const Tensor want = run(plain, ops::PagedHistory::unknown);
+        EXPECT_TRUE(same_bytes(got, want)) << dtype << " schedule " << schedule << " step " << i;
+        const std::vector<float> values = got.to_vector_f32();
+        EXPECT_TRUE(
+            std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); }))
+            << dtype << " schedule " << schedule << " step " << i;
+      }
+      ++schedule;
+    }
+  }
 }
 
 TEST(CudaPagedAttention, RejectsWhatTheCudaKernelsDoNotTake) {

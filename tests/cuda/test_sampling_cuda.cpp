@@ -153,6 +153,30 @@ TEST(SamplingCuda, LogprobsMatchCpu) {
     }
 }
 
+TEST(SamplingCuda, LogprobsMatchCpuWithMaskedEntries) {
+  MICROLLM_REQUIRE_CUDA();
+  // −∞ logits (masked tokens) add nothing to the sum; a row whose largest entries come last
+  // and one with a single finite entry exercise the running max of the one-pass form.
+  const int64_t batch = 4, vocab = kVocab;
+  std::vector<float> v = random_logits(batch, vocab, 21, 3.0).to_vector_f32();
+  for (int64_t i = 0; i < vocab; i += 3) v[i] = -INFINITY;                        // row 0
+  for (int64_t i = 0; i < vocab; ++i) v[vocab + i] = -20.0f + 40.0f * i / vocab;  // row 1
+  for (int64_t i = 0; i < vocab; ++i) v[2 * vocab + i] = i == 4321 ? 1.5f : -INFINITY;
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    const Tensor logits = Tensor::from_vector(v, {batch, vocab}).to(dtype);
+    auto run_lp = [&](Device d) {
+      Tensor ids =
+          Tensor::from_vector(std::vector<int64_t>{1, vocab - 1, 4321, 77}, {batch}, DType::I32, d);
+      Tensor out = Tensor::empty({batch}, DType::F32, d);
+      ops::logprobs(logits.to(d), ids, out, Tensor(), Tensor());
+      return out.to(kCpu);
+    };
+    const Tensor cpu = run_lp(kCpu), gpu = run_lp(kGpu);
+    EXPECT_LE(microllm::testing::tolerance_ratio(gpu, cpu, 1e-5, 0.0), 1.0) << dtype_name(dtype);
+    EXPECT_EQ(gpu.to_vector_f32()[2], 0.0f);  // the one finite entry has probability 1
+  }
+}
+
 TEST(SamplingCuda, NoAllocationOrTransferAfterWarmUp) {
   MICROLLM_REQUIRE_CUDA();
   const int64_t batch = 64, length = 300;

@@ -26,6 +26,19 @@
 
 namespace microllm::ops {
 
+// Where the keys before each sequence's new tokens come from: what the CUDA kernel may load
+// before it waits for the kernel just before it in the stream (programmatic dependent launch,
+// src/cuda/dependent_launch.cuh). Either way the result has the same bits.
+enum class PagedHistory {
+  // Any kernel may have written them, the one just before this call included: every cache
+  // load waits for that kernel.
+  unknown,
+  // Earlier steps wrote them, before the kernel just before this call, which writes at most
+  // the new tokens' keys (DecoderStep: the QKV projection's rope_kv_write): the kernel loads
+  // its first tile of them, and the step's metadata, while that kernel finishes.
+  earlier_steps,
+};
+
 // q (N, H, D) floating (CPU: f32, f64, bf16, f16; CUDA: f32, bf16, f16; CUDA D ∈ {64, 128});
 // k_cache, v_cache (NB, BS, Hkv, D) dense f32 or bf16, one dtype, H % Hkv == 0;
 // query_starts (B+1), seq_lens (B), block_tables (B, M): dense i32;
@@ -38,9 +51,11 @@ namespace microllm::ops {
 //   bytes (undefined when that is 0), preallocated once by the caller and zero-filled before
 //   its first use (its tail holds the split blocks' counters; every call leaves them zero).
 //   All on one device.
+// history: see PagedHistory (only `unknown` is safe when one kernel wrote the whole cache).
 void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      const Tensor& query_starts, const Tensor& seq_lens, const Tensor& block_tables,
-                     double scale, int64_t max_seq_len, const Tensor& out, const Tensor& workspace);
+                     double scale, int64_t max_seq_len, const Tensor& out, const Tensor& workspace,
+                     PagedHistory history = PagedHistory::unknown);
 
 // Bytes of F32 workspace that every paged_attention call with at most max_tokens rows and a
 // max_seq_len of at most `max_seq_len` needs (the same on every device): the split-K partial

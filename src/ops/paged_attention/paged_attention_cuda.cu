@@ -42,12 +42,13 @@ struct Dims {
   int N, B, H, Hkv, group, head_blocks, BS, M, max_seq_len, num_chunks, num_splits;
   int64_t q_row_stride, out_row_stride;
   float scale;
-  bool split;
+  bool split, early_history;
 };
 
-// The sequence of row n and how many keys it sees (0 for padding rows: output zeros).
+// The sequence of row n, how many keys it sees (0 for padding rows: output zeros) and the
+// first key this step wrote (the sequence's first new token; keys before it are history).
 struct RowPlace {
-  int b, visible;
+  int b, visible, fresh;
 };
 
 __device__ RowPlace place_row(const Dims& s, const int32_t* query_starts, const int32_t* seq_lens,
@@ -62,10 +63,10 @@ __device__ RowPlace place_row(const Dims& s, const int32_t* query_starts, const 
       hi = mid;
   }
   const int b = lo - 1;
-  if (b < 0 || b >= s.B) return {-1, 0};
+  if (b < 0 || b >= s.B) return {-1, 0, 0};
   const int new_tokens = query_starts[b + 1] - query_starts[b];
   const int position = seq_lens[b] - new_tokens + (n - query_starts[b]);
-  return {b, max(0, min(position + 1, s.max_seq_len))};
+  return {b, max(0, min(position + 1, s.max_seq_len)), seq_lens[b] - new_tokens};
 }
 
 // Running softmax state of one query head over some keys: max m, sum l of exp(score − m) and
@@ -124,13 +125,15 @@ struct SoftmaxState {
 };
 
 // Loads keys first_key .. first_key+keys−1 of KV head kv into tile (zeros for the rest of the
-// kKeyTile rows) as F32, 16 bytes per load. Called by the whole block.
+// kKeyTile rows) as F32, 16 bytes per load; only tile rows [row_begin, row_end) are written.
+// Called by the whole block.
 template <class CacheT, int kD>
 __device__ void load_tile(const Dims& s, const CacheT* cache, const int32_t* table_row, int kv,
-                          int first_key, int keys, float (*tile)[kD + 1]) {
+                          int first_key, int keys, float (*tile)[kD + 1], int row_begin = 0,
+                          int row_end = kKeyTile) {
   constexpr int kV = kVec<CacheT>;    // elements per 16-byte load
   constexpr int kRowLoads = kD / kV;  // loads per key row
-  for (int i = threadIdx.x; i < kKeyTile * kRowLoads; i += kThreads) {
+  for (int i = threadIdx.x + row_begin * kRowLoads; i < row_end * kRowLoads; i += kThreads) {
     const int j = i / kRowLoads, d0 = (i % kRowLoads) * kV;
     float* dst = &tile[j][d0];
     if (j < keys) {
@@ -152,19 +155,22 @@ __device__ __forceinline__ int64_t partial_slot(const Dims& s, int64_t row, int 
   return row * s.num_chunks + c;
 }
 
-// Adds keys [c0, c1) (at most one chunk) to `chunk`, starting it afresh. Called by the
-// whole block: every thread reaches the barriers.
+// Adds keys [c0, c1) (at most one chunk) to `chunk`, starting it afresh; with `preloaded`
+// the tiles already hold its first 32 keys. Called by the whole block: every thread reaches
+// the barriers.
 template <class CacheT, int kD>
 __device__ void chunk_state(const Dims& s, const CacheT* k_cache, const CacheT* v_cache,
                             const int32_t* table_row, int kv, int c0, int c1, bool active,
                             const float* q_row, float (*k_tile)[kD + 1], float (*v_tile)[kD + 1],
-                            SoftmaxState<kD>& chunk, int lane) {
+                            SoftmaxState<kD>& chunk, int lane, bool preloaded = false) {
   chunk.reset();
   for (int t0 = c0; t0 < c1; t0 += kKeyTile) {
     const int keys = min(kKeyTile, c1 - t0);
     __syncthreads();  // the previous tile is consumed; q_rows are published the first time
-    load_tile<CacheT, kD>(s, k_cache, table_row, kv, t0, keys, k_tile);
-    load_tile<CacheT, kD>(s, v_cache, table_row, kv, t0, keys, v_tile);
+    if (!(preloaded && t0 == c0)) {
+      load_tile<CacheT, kD>(s, k_cache, table_row, kv, t0, keys, k_tile);
+      load_tile<CacheT, kD>(s, v_cache, table_row, kv, t0, keys, v_tile);
+    }
     __syncthreads();
     if (active) chunk.add_tile(q_row, k_tile, v_tile, keys, s.scale, lane);
   }
@@ -214,23 +220,42 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float q_rows[kWarps][kD];        // the block's query rows in F32
   __shared__ float k_tile[kKeyTile][kD + 1];  // +1: lane j reads row j without bank conflicts
   __shared__ float v_tile[kKeyTile][kD + 1];
-  enter_dependent_grid();  // launched as a dependent grid
   const int n = blockIdx.x;
   const int kv = blockIdx.y / s.head_blocks;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int h = kv * s.group + (blockIdx.y % s.head_blocks) * kWarps + warp;
   const bool active = h < (kv + 1) * s.group;  // a group's last block may have fewer heads
+  // With early history the step's metadata (copied in before the step's first kernel) and
+  // the history keys of the block's first tile are read before the wait for the kernel that
+  // wrote q and the new keys: the chain of dependent loads (query_starts, seq_lens, block
+  // table, cache) overlaps that kernel's tail instead of following it.
+  if (!s.early_history) enter_dependent_grid();  // launched as a dependent grid
   const RowPlace place = place_row(s, query_starts, seq_lens, n);
   const int chunks = (place.visible + kChunk - 1) / kChunk;
   // Block 0 always takes part, so a row without keys (padding) still gets its zeros.
   if (s.split && blockIdx.z > 0 && static_cast<int>(blockIdx.z) >= chunks)
     return;  // no chunk of the row for this block; uniform over the block
-  if (active)
-    for (int d = lane; d < kD; d += kWarp)
-      q_rows[warp][d] = to_float(q[n * s.q_row_stride + h * kD + d]);
   // (M) the row's block table; padding rows (b = −1) read no key.
   const int32_t* table_row = block_tables + static_cast<int64_t>(max(place.b, 0)) * s.M;
   const int64_t row = static_cast<int64_t>(n) * s.H + h;  // (n, h) over (N, H)
+  // The block's first tile: keys [t0, t0 + keys) of its first chunk (none: keys ≤ 0).
+  const int t0 = s.split ? static_cast<int>(blockIdx.z) * kChunk : 0;
+  const int first_keys = min(kKeyTile, place.visible - t0);
+  const bool preload = s.early_history && first_keys > 0;
+  if (preload) {
+    // History rows [0, old) of the tile before the wait, the step's new keys after it.
+    const int old = max(0, min(first_keys, place.fresh - t0));
+    load_tile<CacheT, kD>(s, k_cache, table_row, kv, t0, first_keys, k_tile, 0, old);
+    load_tile<CacheT, kD>(s, v_cache, table_row, kv, t0, first_keys, v_tile, 0, old);
+    enter_dependent_grid();
+    load_tile<CacheT, kD>(s, k_cache, table_row, kv, t0, first_keys, k_tile, old);
+    load_tile<CacheT, kD>(s, v_cache, table_row, kv, t0, first_keys, v_tile, old);
+  } else if (s.early_history) {
+    enter_dependent_grid();
+  }
+  if (active)
+    for (int d = lane; d < kD; d += kWarp)
+      q_rows[warp][d] = to_float(q[n * s.q_row_stride + h * kD + d]);
 
   SoftmaxState<kD> total, chunk;
   total.reset();
@@ -238,7 +263,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int c0 = 0; c0 < place.visible; c0 += kChunk) {
       chunk_state<CacheT, kD>(s, k_cache, v_cache, table_row, kv, c0,
                               min(c0 + kChunk, place.visible), active, q_rows[warp], k_tile, v_tile,
-                              chunk, lane);
+                              chunk, lane, preload && c0 == 0);
       total.fold(chunk);
     }
     if (active) total.store(out + n * s.out_row_stride + h * kD, lane);
@@ -250,7 +275,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int c = blockIdx.z; c * kChunk < place.visible; c += s.num_splits) {
     const int c0 = c * kChunk;
     chunk_state<CacheT, kD>(s, k_cache, v_cache, table_row, kv, c0, min(c0 + kChunk, place.visible),
-                            active, q_rows[warp], k_tile, v_tile, chunk, lane);
+                            active, q_rows[warp], k_tile, v_tile, chunk, lane,
+                            preload && c == static_cast<int>(blockIdx.z));
     if (!active) continue;  // the barriers of the next chunk are reached by every thread
     const int64_t slot = partial_slot(s, row, c);
     float* o = workspace + slot * kD;
@@ -298,7 +324,8 @@ Dims dims_of(const PagedAttentionPlan& p) {
               p.q_row_stride,
               p.out_row_stride,
               static_cast<float>(p.scale),
-              p.split};
+              p.split,
+              p.early_history};
 }
 
 // Calls fn(std::integral_constant<int, D>{}) for the head dims the kernels are built for.

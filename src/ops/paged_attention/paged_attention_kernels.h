@@ -45,6 +45,7 @@ struct PagedAttentionPlan {
   bool split;                // split mode (CUDA): chunks spread over blocks, the last folds
   int64_t num_splits;        // split mode: partial blocks per (row, head block), ≤ num_chunks
   int64_t workspace_floats;  // F32 workspace this call needs (0 unless split), counters included
+  bool early_history;        // PagedHistory::earlier_steps: old keys load before the wait (CUDA)
 };
 
 // The plan of a call with these sizes (shared by paged_attention and
