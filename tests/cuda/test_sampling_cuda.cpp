@@ -177,6 +177,41 @@ TEST(SamplingCuda, LogprobsMatchCpuWithMaskedEntries) {
   }
 }
 
+TEST(SamplingCuda, LogprobsOfARowDoNotDependOnItsPlaceInTheBatch) {
+  MICROLLM_REQUIRE_CUDA();
+  // Odd vocabularies put the rows of a batch at addresses of every alignment; a row's
+  // log-probabilities are the same bits alone and at each place.
+  for (int64_t vocab : {int64_t{4097}, int64_t{1001}, kVocab})
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      const int64_t batch = 9;
+      const std::vector<float> all = random_logits(batch, vocab, 70 + vocab, 3.0).to_vector_f32();
+      const auto run_lp = [&](const std::vector<float>& values, int64_t rows) {
+        const Tensor logits = Tensor::from_vector(values, {rows, vocab}).to(dtype).to(kGpu);
+        std::vector<int64_t> idv(static_cast<size_t>(rows));
+        for (int64_t b = 0; b < rows; ++b) idv[b] = (b * 7919 + 3) % vocab;
+        Tensor ids = Tensor::from_vector(idv, {rows}, DType::I32, kGpu);
+        Tensor out = Tensor::empty({rows}, DType::F32, kGpu);
+        Tensor top_ids = Tensor::empty({rows, 5}, DType::I32, kGpu);
+        Tensor top_lp = Tensor::empty({rows, 5}, DType::F32, kGpu);
+        ops::logprobs(logits, ids, out, top_ids, top_lp);
+        return std::make_pair(out.to_vector_f32(), top_lp.to_vector_f32());
+      };
+      const auto together = run_lp(all, batch);
+      for (int64_t b = 0; b < batch; ++b) {
+        // Row b alone, with the id it had in the batch (row 0 of a one-row call gets id 3).
+        std::vector<float> row(all.begin() + b * vocab, all.begin() + (b + 1) * vocab);
+        std::vector<float> padded(static_cast<size_t>((b + 1) * vocab), 0.0f);
+        std::copy(row.begin(), row.end(), padded.begin() + b * vocab);
+        const auto alone = run_lp(padded, b + 1);  // the same id: row b of b + 1 rows
+        const auto first = run_lp(row, 1);         // at the aligned start of its own buffer
+        EXPECT_EQ(alone.first[b], together.first[b]) << "V " << vocab << " row " << b;
+        for (int64_t r = 0; r < 5; ++r)
+          EXPECT_EQ(first.second[r], together.second[b * 5 + r])
+              << "V " << vocab << " " << dtype_name(dtype) << " row " << b;
+      }
+    }
+}
+
 TEST(SamplingCuda, NoAllocationOrTransferAfterWarmUp) {
   MICROLLM_REQUIRE_CUDA();
   const int64_t batch = 64, length = 300;
