@@ -1,15 +1,12 @@
 // CUDA logprobs: one block of 1024 threads per row, F32 or BF16 logits, F32 math.
-// log_softmax at the sampled id from the row max and Σ exp(x − max), both from one pass over
-// the row (16-byte loads, row_scan.cuh): each thread keeps a running max and a sum rescaled
-// when its max grows, and the block combines them (max, then Σ sumₜ·exp(maxₜ − max)); the N
-// largest entries by N block argmax rounds, round r taking the best entry ranked after round
-// r − 1's pick (value descending, lower id first). Reference: logprobs_cpu.cpp (F64 sum),
-// torch.log_softmax.
+// log_softmax at the sampled id from the row max and Σ exp(x − max) (fixed-order block
+// reductions); the N largest entries by N block argmax rounds, round r taking the best entry
+// ranked after round r − 1's pick (value descending, lower id first). Reference:
+// logprobs_cpu.cpp (F64 sum), torch.log_softmax.
 #include <cmath>
 #include <cstdint>
 
 #include "../cuda_common.cuh"
-#include "row_scan.cuh"
 #include "sampling_kernels.h"
 #include "sampling_math.h"
 
@@ -46,20 +43,12 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t b = blockIdx.x;
   const T* row = logits + b * vocab;  // (V)
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  // This thread's running max and Σ exp(x − max) over its elements; −∞ entries add nothing,
-  // a NaN makes the sum NaN (a row of only −∞, or with a NaN, gives NaN log-probabilities,
-  // as the two-pass form max-then-sum does).
-  float m_thread = -INFINITY, sum_thread = 0.0f;
-  for_each_logit(row, vocab, [&](float x, int64_t) {
-    if (x > m_thread) {
-      sum_thread = sum_thread * expf(m_thread - x) + 1.0f;
-      m_thread = x;
-    } else if (x > -INFINITY || x != x) {  // NaN propagates into the sum
-      sum_thread += expf(x - m_thread);
-    }
-  });
-  const float m = block_max(m_thread, scratch);
-  const float sum = block_sum(sum_thread == 0.0f ? 0.0f : sum_thread * expf(m_thread - m), scratch);
+  float m = -INFINITY;
+  for (int64_t i = threadIdx.x; i < vocab; i += kThreads) m = fmaxf(m, to_float(row[i]));
+  m = block_max(m, scratch);
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < vocab; i += kThreads) sum += expf(to_float(row[i]) - m);
+  sum = block_sum(sum, scratch);
   const float log_total = m + logf(sum);
   if (threadIdx.x == 0) {
     const int32_t id = ids[b];
@@ -70,10 +59,11 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = 0; r < n; ++r) {
     float v = -INFINITY;
     int i = kNoId;
-    for_each_logit(row, vocab, [&](float x, int64_t j) {
+    for (int64_t j = threadIdx.x; j < vocab; j += kThreads) {
+      const float x = to_float(row[j]);
       if (ranks_above(prev_v, prev_i, x, static_cast<int>(j)))
         merge_best(v, i, x, static_cast<int>(j));
-    });
+    }
     warp_best(v, i);
     __syncthreads();  // the previous round's readers are done
     if (lane == 0) {

@@ -3,8 +3,7 @@
 // arithmetic of sampling_math.h and every sum is an integer sum of fixed-point masses.
 //
 // Per sampled row, no sort and no global scratch (all state in ~27 KB of shared memory):
-//   pass 1        the largest x = logit / T and its id (block argmax under the (value, lower
-//                 id) ranking, 16-byte loads: row_scan.cuh); greedy rows stop here
+//   pass 1        the largest x = logit / T and its id (fixed-order block argmax)
 //   top-k         radix select of the k-th largest key: 3 passes (digits of 11, 11, 10 bits),
 //                 integer histograms in shared memory, the crossing bin found by a block scan
 //   top-p         radix select over the top-k set by mass: the key τ of the cut token is the
@@ -19,7 +18,6 @@
 
 #include "../cuda_common.cuh"
 #include "microllm/core/counter_rng.h"
-#include "row_scan.cuh"
 #include "sampling_kernels.h"
 #include "sampling_math.h"
 
@@ -320,9 +318,8 @@ __global__ void __launch_bounds__(kThreads)
   const bool greedy = row.temperature < kGreedyTemperature;
   // Pass 1: the argmax of the logits (greedy) or of x = logit / T.
   Best best{-INFINITY, kNoId};
-  for_each_logit(row.logits, vocab, [&](float raw, int64_t i) {
-    merge_best(best, greedy ? raw : scaled_logit(raw, row.temperature), static_cast<int>(i));
-  });
+  for (int64_t i = threadIdx.x; i < vocab; i += kThreads)
+    merge_best(best, greedy ? row.raw(i) : row.x(i), static_cast<int>(i));
   best = block_best(best, s);
   const int top = best.i == kNoId ? 0 : best.i;
   if (greedy || !isfinite(best.v)) {
