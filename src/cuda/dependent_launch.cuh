@@ -8,7 +8,10 @@
 //   - enter_dependent_grid() comes before anything that reads memory an earlier kernel of
 //     the stream wrote and before any store; it waits until the previous grid has completed
 //     and its stores are visible, then lets the next grid be scheduled;
-//   - code before it reads only memory that no kernel writes while a step runs (weights).
+//   - code before it reads only memory that the previous kernel does not write: weights,
+//     which no kernel writes while a step runs, and (paged attention with
+//     PagedHistory::earlier_steps) the step's metadata and the KV-cache entries of earlier
+//     steps, written before the previous kernel started.
 // Since each grid lets its successor start only after its own wait returned, at most two
 // grids of a chain are resident at once, and the grid two back has always completed.
 // A kernel without the attribute (programmatic_launch() off, or a plain <<<>>> launch)

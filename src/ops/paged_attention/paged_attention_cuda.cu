@@ -13,7 +13,9 @@
 // workspace and the last of a row's partial blocks to finish (a counter per (row, head
 // block)) folds them in the same order. The chunk code is shared and fold() rounds
 // explicitly (no contraction), so both modes give the same bits, whichever block comes last,
-// and a row's result never depends on the rest of the step.
+// and a row's result never depends on the rest of the step. With PagedHistory::earlier_steps
+// a block reads its row's place and the history keys of its first tile before it waits for
+// the previous kernel (programmatic launch), q and the step's new keys after.
 // Layout: q, out (N, H, D) rows at q_row_stride / out_row_stride; caches (NB, BS, Hkv, D);
 // workspace: the counters (N, Hkv · head_blocks) u32 in its first kPagedSplitBelowBlocks
 // words (zero between calls), then partial outputs (N, H, chunks, D) and (m, l) pairs
