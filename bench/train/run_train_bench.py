@@ -6,7 +6,11 @@ AdamW, clipping) and parses its per-step seconds, then bench/train/torch_train_s
 the same shape (F32 master, BF16 autocast, SDPA, fused AdamW), and writes one record of kind
 "train" (tools/records/record.py): samples are step seconds after the warm-up steps for both
 sides, the ratio of medians is PyTorch / microllm (> 1: microllm faster), and tokens/s are
-derived from the medians.
+derived from the medians, with the model FLOPs utilization of each side (training FLOPs per
+token from `microllm inspect`, causal attention counted at T/2 keys a token, over the
+measured 794 TFLOP/s BF16 GEMM ceiling of the H200) and microllm's median time per stage
+(`microllm train`'s stage line: forward — the loss included — backward, communication wait,
+optimizer).
 
   run_train_bench.py --microllm build/.../microllm --config tests/fixtures/configs/qwen2.5-0.5b/config.json \
       --batch 8 --seq 1024 --steps 10 --warmup 2 --records-dir $OUT/records [--no-peer]
@@ -34,6 +38,38 @@ def token_file(path: Path, vocab: int) -> None:
     path.with_name(path.name + ".json").write_text(json.dumps(
         {"format": "microllm-tokens-v1", "dtype": "uint32", "count": int(ids.size),
          "sha256": hashlib.sha256(ids.tobytes()).hexdigest(), "vocab_size": vocab}))
+
+
+# The dense BF16 GEMM ceiling measured on the H200 (../shared/GPU.md, SPEC §8): MFU's denominator.
+BF16_PEAK_FLOPS = 794e12
+STAGE_NAMES = ("forward", "backward", "comm wait", "optimizer")
+
+
+def training_flops_per_token(microllm: str, config: str, seq: int) -> float:
+    """3 × forward FLOPs per token, attention at seq / 2 keys (a causal window's average)."""
+    proc = subprocess.run([microllm, "inspect", "--config", config, "--json", "--context",
+                           str(max(1, seq // 2))], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"run_train_bench: microllm inspect failed: {proc.stderr.strip()}")
+    return float(json.loads(proc.stdout)["training_flops_per_token"])
+
+
+def stage_medians(stdout: str) -> dict[str, float] | None:
+    """Rank 0's median ms per stage from `microllm train`'s stage lines, or None."""
+    m = re.search(r"^stage time per step, median of \d+ step\(s\), ms:\n\s*rank 0 (.*)$", stdout, re.M)
+    if not m:
+        return None
+    out = {}
+    for name in STAGE_NAMES:
+        value = re.search(re.escape(name) + r" ([0-9.]+)", m.group(1))
+        if value is None:
+            return None
+        out[name] = float(value.group(1))
+    return out
+
+
+def mfu(tokens_per_s: float | None, flops_per_token: float) -> float | None:
+    return None if tokens_per_s is None else tokens_per_s * flops_per_token / BF16_PEAK_FLOPS
 
 
 def main() -> int:
@@ -83,6 +119,8 @@ def main() -> int:
         sys.stderr.write("run_train_bench: no step lines in the output of microllm train\n")
         return 1
     peak = re.search(r"^peak device memory: (\d+) bytes allocated", proc.stdout, re.M)
+    stages = stage_medians(proc.stdout)
+    flops = training_flops_per_token(args.microllm, args.config, args.seq)
     peer = None
     versions = {}
     compiled = None
@@ -116,10 +154,19 @@ def main() -> int:
         config["attention"] = args.attention
     if args.recompute:
         config["recompute"] = True
+    ours_rate = tokens / record.summarize(seconds)["median"]
+    peer_rate = tokens / record.summarize(peer["samples"])["median"] if peer else None
+    compiled_rate = tokens / record.summarize(compiled["seconds"])["median"] if compiled else None
     rec = record.make_record("train", config, seconds, "s", peer=peer, versions=versions,
                              host=record.host_info(), extra={"derived": {
-                                 "microllm_tokens_per_s": tokens / record.summarize(seconds)["median"],
-                                 "peer_tokens_per_s": tokens / record.summarize(peer["samples"])["median"] if peer else None,
+                                 "microllm_tokens_per_s": ours_rate,
+                                 "peer_tokens_per_s": peer_rate,
+                                 "training_flops_per_token": flops,
+                                 "mfu": {"definition": "tokens/s × training FLOPs per token (3 × forward, "
+                                                       "attention at T/2 keys) / 794 TFLOP/s",
+                                         "microllm": mfu(ours_rate, flops), "peer": mfu(peer_rate, flops),
+                                         "compiled_peer": mfu(compiled_rate, flops)},
+                                 "microllm_stage_ms": stages,
                                  "microllm_peak_bytes": int(peak.group(1)) if peak else None,
                                  "peer_peak_bytes": result["peak_bytes"] if peer else None,
                                  "compiled_peer": None if compiled is None else {
@@ -141,6 +188,9 @@ def main() -> int:
     path = record.write_record(rec, name, args.records_dir)
     d = rec["derived"]
     compiled_rate = d["compiled_peer"]["tokens_per_s"] if d.get("compiled_peer") else float("nan")
+    if stages:
+        print("train_bench: microllm stages (ms, median): "
+              + ", ".join(f"{k} {v:.1f}" for k, v in stages.items()) + f"; MFU {d['mfu']['microllm']:.3f}")
     print(f"train_bench: microllm {d['microllm_tokens_per_s']:.0f} tokens/s, PyTorch eager "
           f"{d['peer_tokens_per_s'] or float('nan'):.0f} tokens/s, torch.compile {compiled_rate:.0f} tokens/s, ratio (PyTorch/microllm step time) "
           f"{(rec.get('ratio_of_medians') or {}).get('value')}; record {path}")
