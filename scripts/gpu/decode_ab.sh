@@ -26,10 +26,10 @@ for spec in "$@"; do
     for side in base new; do
       bin=$base
       [ "$side" = new ] && bin=$new
-      out="$OUT/ab/$model-b$batch-c$context-$side-$round.json"
+      stem="$OUT/ab/$model-b$batch-c$context-$side-$round"
       timeout 300 "$bin" --config "$ROOT/tests/fixtures/configs/$model/config.json" --dtype bf16 \
         --device cuda --batch "$batch" --context "$context" --new-tokens "$NEW_TOKENS" \
-        --warmup "$WARMUP" --reps "$REPS" --out "$out" > "$OUT/ab/$model-b$batch-c$context-$side-$round.log" 2>&1 ||
+        --warmup "$WARMUP" --reps "$REPS" --out "$stem.json" > "$stem.log" 2>&1 ||
         echo "decode_ab: $spec $side round $round failed (see its .log)" >&2
     done
   done

@@ -155,8 +155,8 @@ TEST(SamplingCuda, LogprobsMatchCpu) {
 
 TEST(SamplingCuda, LogprobsMatchCpuWithMaskedEntries) {
   MICROLLM_REQUIRE_CUDA();
-  // −∞ logits (masked tokens) add nothing to the sum; a row whose largest entries come last
-  // and one with a single finite entry exercise the running max of the one-pass form.
+  // −∞ logits (masked tokens) add nothing to the sum; also a row whose largest entries come
+  // last and one with a single finite entry.
   const int64_t batch = 4, vocab = kVocab;
   std::vector<float> v = random_logits(batch, vocab, 21, 3.0).to_vector_f32();
   for (int64_t i = 0; i < vocab; i += 3) v[i] = -INFINITY;                        // row 0
