@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
-"""Sums the kernels of the last decode step in an Nsight Compute CSV by kernel name.
+"""Sums the kernels of one step in an Nsight Compute CSV by kernel name.
 
 Input: the CSV of `ncu --metrics gpu__time_duration.sum --csv --print-units base` over a
-`microllm_bench_generate` run (scripts/gpu/profile_decode.sh writes it). A step launches
+`microllm_bench_generate` run (scripts/gpu/profile_decode.sh writes it) or, with --train,
+over a `microllm train` run of at least three steps (scripts/gpu/profile_train.sh). A decode step launches
 `gather_rows_kernel` twice, first for the token embeddings and last for the sequences' last
 rows (then the LM head, sampling and log-probabilities): the last step runs from the
-second-to-last gather to the end. ncu serializes
+second-to-last gather to the end. A training step starts with the embedding's
+gather_rows_kernel and ends with the optimizer's adamw_kernel launches: --train sums the
+second-to-last whole step (from a gather that follows an optimizer launch to the next such
+gather), so the profile's last step, followed by the run's end, is not counted. ncu serializes
 kernels and flushes caches before each, so a duration bounds its in-graph time from above;
 the shares rank the kernels, their sum is not the step time.
 
-    ncu_step_summary.py PROFILE.csv [PROFILE.csv ...]
+    ncu_step_summary.py [--train] PROFILE.csv [PROFILE.csv ...]
 """
 import collections
 import csv
@@ -34,13 +38,26 @@ def last_step(ks: list[tuple[str, float, str]]) -> list[tuple[str, float, str]]:
     return ks[gathers[-2]:]
 
 
-def summary(path: str) -> str:
-    step = last_step(kernels(path))
+def train_step(ks: list[tuple[str, float, str]]) -> list[tuple[str, float, str]]:
+    starts, optimized = [], True  # a step starts at the first gather after an optimizer launch
+    for i, (name, _, _) in enumerate(ks):
+        if name.startswith("gather_rows") and optimized:
+            starts.append(i)
+            optimized = False
+        elif name.startswith("adamw_kernel"):
+            optimized = True
+    if len(starts) < 3:
+        raise SystemExit("ncu_step_summary: fewer than three training steps in the profile")
+    return ks[starts[-2]:starts[-1]]
+
+
+def summary(path: str, train: bool = False) -> str:
+    step = train_step(kernels(path)) if train else last_step(kernels(path))
     total = sum(t for _, t, _ in step)
     groups: dict[str, list[float]] = collections.OrderedDict()
     for name, t, grid in step:
         groups.setdefault(f"{name[:55]} grid {grid}", []).append(t)
-    lines = [f"{path}: last step {len(step)} kernels, {total:.1f} us summed"]
+    lines = [f"{path}: {'a whole training' if train else 'last'} step {len(step)} kernels, {total:.1f} us summed"]
     for key, times in sorted(groups.items(), key=lambda kv: -sum(kv[1])):
         s = sum(times)
         lines.append(f"  {len(times):4d} x {key:<72} {s:8.1f} us {100 * s / total:5.1f} %"
@@ -49,6 +66,9 @@ def summary(path: str) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    train = "--train" in args
+    paths = [a for a in args if a != "--train"]
+    if not paths:
         raise SystemExit(__doc__)
-    print("\n".join(summary(p) for p in sys.argv[1:]))
+    print("\n".join(summary(p, train) for p in paths))
