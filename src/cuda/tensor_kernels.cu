@@ -1,9 +1,12 @@
 // Strided converting copy, fill and arange kernels (the CUDA side of Tensor::copy_from, fill
 // and arange).
 //
-// One thread per destination element in a grid-stride loop. Same-dtype dense copies go to
-// cudaMemcpyAsync; same-dtype strided copies move raw 1/2/4/8-byte words; different dtypes
-// convert through double (floats) or int64 (integer to integer), as the CPU backend does.
+// Grid-stride loops, one thread per index. Same-dtype dense copies go to cudaMemcpyAsync;
+// same-dtype strided copies move raw words of up to 16 bytes over the merged dims of a
+// CopyPlan (copy_plan.h); conversions among F32, BF16 and F16 go through float over the same
+// merged dims; other conversions go through double (floats) or int64 (integer to integer),
+// as the CPU backend does, one element and one full-rank index computation at a time.
+#include "copy_plan.h"
 #include "indexer.h"
 #include "kernel_utils.cuh"
 #include "microllm/cuda/check.h"
@@ -122,12 +125,53 @@ __device__ void store_int64(void* base, int64_t i, int dtype, int64_t v) {
   }
 }
 
-template <class Word>
-__global__ void copy_words_kernel(Word* dst, StridedIndexer dst_ix, const Word* src,
-                                  StridedIndexer src_ix, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[dst_ix.offset(i)] = src[src_ix.offset(i)];
+// A CopyPlan for the device: Index is uint32_t when every index and offset fits (32-bit
+// division is several times cheaper than 64-bit), else int64_t.
+template <class Index>
+struct PlanArgs {
+  int rank;
+  Index words;
+  Index sizes[kMaxRank];
+  Index dst_strides[kMaxRank];
+  Index src_strides[kMaxRank];
+};
+
+// The offsets of word i on both sides.
+template <class Index>
+__device__ __forceinline__ void plan_offsets(const PlanArgs<Index>& a, Index i, Index& dst,
+                                             Index& src) {
+  dst = 0;
+  src = 0;
+  for (int d = a.rank - 1; d > 0; --d) {
+    const Index outer = i / a.sizes[d], at = i - outer * a.sizes[d];
+    dst += at * a.dst_strides[d];
+    src += at * a.src_strides[d];
+    i = outer;
+  }
+  dst += i * a.dst_strides[0];
+  src += i * a.src_strides[0];
+}
+
+template <class Word, class Index>
+__global__ void copy_words_kernel(Word* dst, const Word* src, PlanArgs<Index> a) {
+  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < a.words;
+       i += static_cast<Index>(gridDim.x) * blockDim.x) {
+    Index d, s;
+    plan_offsets(a, i, d, s);
+    dst[d] = src[s];
+  }
+}
+
+// F32, BF16 and F16 among themselves: through float, which gives the bits of the path through
+// double (every value of the three is exact in float; one rounding to the target).
+template <class D, class S, class Index>
+__global__ void convert_float_kernel(D* dst, const S* src, PlanArgs<Index> a) {
+  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < a.words;
+       i += static_cast<Index>(gridDim.x) * blockDim.x) {
+    Index d, s;
+    plan_offsets(a, i, d, s);
+    dst[d] = from_float<D>(to_float(src[s]));
+  }
 }
 
 __global__ void convert_kernel(void* dst, int dst_dtype, StridedIndexer dst_ix, const void* src,
@@ -159,6 +203,88 @@ __global__ void arange_kernel(void* dst, int dtype, int64_t start, int64_t n, bo
   }
 }
 
+// The plan's arguments with Index = uint32_t when they fit, else int64_t; fn(args).
+template <class Fn>
+void with_plan_args(const CopyPlan& plan, const char* op, Fn&& fn) {
+  MICROLLM_CHECK(plan.rank <= kMaxRank, op, "rank ", plan.rank, " is above the supported ",
+                 kMaxRank);
+  bool small = plan.words < (int64_t{1} << 31);
+  int64_t dst_end = 0, src_end = 0;
+  for (int d = 0; d < plan.rank; ++d) {
+    small = small && plan.dst_strides[d] >= 0 && plan.src_strides[d] >= 0;
+    dst_end += (plan.sizes[d] - 1) * plan.dst_strides[d];
+    src_end += (plan.sizes[d] - 1) * plan.src_strides[d];
+  }
+  small = small && dst_end < (int64_t{1} << 31) && src_end < (int64_t{1} << 31);
+  const auto fill = [&](auto& args) {
+    using Index = std::remove_reference_t<decltype(args.words)>;
+    args.rank = plan.rank;
+    args.words = static_cast<Index>(plan.words);
+    for (int d = 0; d < plan.rank; ++d) {
+      args.sizes[d] = static_cast<Index>(plan.sizes[d]);
+      args.dst_strides[d] = static_cast<Index>(plan.dst_strides[d]);
+      args.src_strides[d] = static_cast<Index>(plan.src_strides[d]);
+    }
+    fn(args);
+  };
+  if (small) {
+    PlanArgs<uint32_t> args{};
+    fill(args);
+  } else {
+    PlanArgs<int64_t> args{};
+    fill(args);
+  }
+}
+
+template <class Word>
+void launch_copy_words(const Tensor& dst, const Tensor& src, const CopyPlan& plan,
+                       cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  with_plan_args(plan, "cuda copy", [&](const auto& args) {
+    copy_words_kernel<<<grid_for(plan.words, kThreads), kThreads, 0, stream>>>(
+        static_cast<Word*>(dst.raw_data()), static_cast<const Word*>(src.raw_data()), args);
+  });
+  CUDA_CHECK_LAUNCH("copy_words_kernel");
+}
+
+bool is_float_family(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
+
+// dst = src converted, both of F32, BF16, F16 (different dtypes).
+void convert_floats(const Tensor& dst, const Tensor& src, cudaStream_t stream) {
+  const CopyPlan plan = plan_copy(dst.shape(), dst.strides(), src.strides(), 1, 0, 0, 1);
+  constexpr int kThreads = 256;
+  const auto run = [&](auto d_tag, auto s_tag) {
+    using D = decltype(d_tag);
+    using S = decltype(s_tag);
+    with_plan_args(plan, "cuda copy", [&](const auto& args) {
+      convert_float_kernel<<<grid_for(plan.words, kThreads), kThreads, 0, stream>>>(
+          static_cast<D*>(dst.raw_data()), static_cast<const S*>(src.raw_data()), args);
+    });
+  };
+  const auto with_src = [&](auto d_tag) {
+    switch (src.dtype()) {
+      case DType::F32:
+        return run(d_tag, float{});
+      case DType::BF16:
+        return run(d_tag, __nv_bfloat16{});
+      default:
+        return run(d_tag, __half{});
+    }
+  };
+  switch (dst.dtype()) {
+    case DType::F32:
+      with_src(float{});
+      break;
+    case DType::BF16:
+      with_src(__nv_bfloat16{});
+      break;
+    default:
+      with_src(__half{});
+      break;
+  }
+  CUDA_CHECK_LAUNCH("convert_float_kernel");
+}
+
 }  // namespace
 
 void copy_tensor(const Tensor& dst, const Tensor& src) {
@@ -171,35 +297,30 @@ void copy_tensor(const Tensor& dst, const Tensor& src) {
     count_transfer(cudaMemcpyDeviceToDevice, dst.nbytes());
     return;
   }
+  MICROLLM_CHECK(dst.dim() <= kMaxRank && src.dim() == dst.dim(), "cuda copy", "rank ", dst.dim(),
+                 " is above the supported ", kMaxRank, " for ", dst.describe());
+  if (dst.dtype() == src.dtype()) {
+    const CopyPlan plan = plan_copy(
+        dst.shape(), dst.strides(), src.strides(), static_cast<int>(dtype_size(dst.dtype())),
+        reinterpret_cast<uintptr_t>(dst.raw_data()), reinterpret_cast<uintptr_t>(src.raw_data()));
+    switch (plan.word_bytes) {
+      case 1:
+        return launch_copy_words<uint8_t>(dst, src, plan, stream);
+      case 2:
+        return launch_copy_words<uint16_t>(dst, src, plan, stream);
+      case 4:
+        return launch_copy_words<uint32_t>(dst, src, plan, stream);
+      case 8:
+        return launch_copy_words<uint2>(dst, src, plan, stream);
+      default:
+        return launch_copy_words<uint4>(dst, src, plan, stream);
+    }
+  }
+  if (is_float_family(dst.dtype()) && is_float_family(src.dtype()))
+    return convert_floats(dst, src, stream);
   constexpr int kThreads = 256;
   const unsigned blocks = grid_for(n, kThreads);
   const StridedIndexer dix = make_indexer(dst, "cuda copy"), six = make_indexer(src, "cuda copy");
-  if (dst.dtype() == src.dtype()) {
-    switch (dtype_size(dst.dtype())) {
-      case 1:
-        copy_words_kernel<<<blocks, kThreads, 0, stream>>>(
-            static_cast<uint8_t*>(dst.raw_data()), dix, static_cast<const uint8_t*>(src.raw_data()),
-            six, n);
-        break;
-      case 2:
-        copy_words_kernel<<<blocks, kThreads, 0, stream>>>(
-            static_cast<uint16_t*>(dst.raw_data()), dix,
-            static_cast<const uint16_t*>(src.raw_data()), six, n);
-        break;
-      case 4:
-        copy_words_kernel<<<blocks, kThreads, 0, stream>>>(
-            static_cast<uint32_t*>(dst.raw_data()), dix,
-            static_cast<const uint32_t*>(src.raw_data()), six, n);
-        break;
-      default:
-        copy_words_kernel<<<blocks, kThreads, 0, stream>>>(
-            static_cast<uint64_t*>(dst.raw_data()), dix,
-            static_cast<const uint64_t*>(src.raw_data()), six, n);
-        break;
-    }
-    CUDA_CHECK_LAUNCH("copy_words_kernel");
-    return;
-  }
   const bool integers = is_integral(dst.dtype()) && is_integral(src.dtype());
   convert_kernel<<<blocks, kThreads, 0, stream>>>(dst.raw_data(), static_cast<int>(dst.dtype()),
                                                   dix, src.raw_data(),

@@ -1,11 +1,16 @@
 // CUDA runtime tests: caching allocator (reuse, stats, streams, empty_cache), transfers and
-// their counters, strided converting copies on the device.
+// their counters, strided converting copies on the device (word copies over merged dims,
+// float conversions, 64-bit offsets).
 #include <gtest/gtest.h>
+
+#include <functional>
+#include <vector>
 
 #include "cuda/cuda_test_utils.h"
 #include "microllm/core/random.h"
 #include "microllm/cuda/allocator.h"
 #include "microllm/cuda/pinned.h"
+#include "microllm/ops/ops.h"
 
 using namespace microllm;
 using microllm::testing::relative_l2;
@@ -146,6 +151,76 @@ TEST(CudaCopy, StridedAndConvertingCopiesMatchTheCpu) {
   // Large integer ids survive I64 ↔ I32 on the device.
   const Tensor ids = Tensor::from_vector(std::vector<int64_t>{0, 151935, 2147483647, -5}, {4});
   EXPECT_EQ(ids.to(kGpu).to(DType::I32).to(DType::I64).to_vector_i64(), ids.to_vector_i64());
+}
+
+// Bytes of a dense host tensor, for bitwise comparisons of any dtype.
+std::vector<unsigned char> host_bytes(const Tensor& t) {
+  const Tensor dense = t.to(Device::cpu()).contiguous();
+  const auto* p = static_cast<const unsigned char*>(dense.raw_data());
+  return {p, p + dense.nbytes()};
+}
+
+TEST(CudaCopy, WordCopiesOfStridedLayoutsMatchTheCpu) {
+  MICROLLM_REQUIRE_CUDA();
+  // The attention transposes and their neighbours at every element size: 16-byte words where
+  // rows line up, narrower words where they do not (odd rows, odd offsets, broadcasts).
+  for (DType dtype : {DType::U8, DType::BF16, DType::F32, DType::I64}) {
+    for (int64_t D : {64, 128, 63, 2}) {
+      SCOPED_TRACE(::testing::Message() << dtype << " D " << D);
+      std::vector<double> values(static_cast<size_t>(3 * 37 * 5 * (D + 3)));
+      for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i * 7919 % 251);
+      const Tensor host = Tensor::from_vector(values, {3, 37, 5, D + 3}, dtype);
+      const Tensor device = host.to(kGpu);
+      const auto both = [&](const std::function<Tensor(const Tensor&)>& view) {
+        EXPECT_EQ(host_bytes(view(device).contiguous()), host_bytes(view(host).contiguous()));
+      };
+      both([D](const Tensor& t) { return t.narrow(3, 0, D).transpose(1, 2); });
+      both([D](const Tensor& t) { return t.narrow(3, 1, D).transpose(1, 2); });
+      both([D](const Tensor& t) { return t.narrow(3, 3, D).permute({3, 1, 0, 2}); });
+      both([](const Tensor& t) { return t.narrow(1, 4, 11); });
+      both([D](const Tensor& t) {
+        return t.narrow(0, 1, 1).narrow(2, 2, 1).narrow(3, 0, D).expand({4, 37, 6, D});
+      });
+      // Into a strided destination: a transposed dense buffer.
+      Tensor dst_host = Tensor::zeros({3, 5, 37, D + 3}, dtype);
+      Tensor dst_device = dst_host.to(kGpu);
+      dst_host.transpose(1, 2).copy_from(host);
+      dst_device.transpose(1, 2).copy_from(device);
+      EXPECT_EQ(host_bytes(dst_device), host_bytes(dst_host));
+    }
+  }
+}
+
+TEST(CudaCopy, FloatConversionsOfStridedLayoutsMatchTheCpu) {
+  MICROLLM_REQUIRE_CUDA();
+  Generator gen(10);
+  const Tensor base = randn({4, 33, 6, 64}, gen) * 1000.0;  // F32, beyond F16's precision
+  for (DType from : {DType::F32, DType::BF16, DType::F16})
+    for (DType to : {DType::F32, DType::BF16, DType::F16}) {
+      if (from == to) continue;
+      SCOPED_TRACE(::testing::Message() << from << " -> " << to);
+      const Tensor host = base.to(from);
+      const Tensor device = host.to(kGpu);
+      EXPECT_EQ(host_bytes(device.to(to)), host_bytes(host.to(to)));
+      EXPECT_EQ(host_bytes(device.transpose(1, 2).to(to)), host_bytes(host.transpose(1, 2).to(to)));
+      EXPECT_EQ(host_bytes(device.narrow(3, 1, 61).to(to)),
+                host_bytes(host.narrow(3, 1, 61).to(to)));
+    }
+}
+
+TEST(CudaCopy, OffsetsPastTwoToThe31TakeWideIndices) {
+  MICROLLM_REQUIRE_CUDA();
+  // (3, 2^30 + 64) bytes: row 2 starts past 2^31, so the copy of the first 64 bytes of each
+  // row needs 64-bit offsets.
+  const int64_t row = (int64_t{1} << 30) + 64;
+  const Tensor big = Tensor::zeros({3, row}, DType::U8, kGpu);
+  std::vector<double> values(3 * 64);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i % 200 + 1);
+  const Tensor small = Tensor::from_vector(values, {3, 64}, DType::U8);
+  big.narrow(1, 0, 64).copy_from(small.to(kGpu));
+  EXPECT_EQ(host_bytes(big.narrow(1, 0, 64).contiguous()), host_bytes(small));
+  EXPECT_EQ(host_bytes(big.narrow(0, 2, 1).narrow(1, 64, 64).contiguous()),
+            std::vector<unsigned char>(64, 0));
 }
 
 TEST(CudaCopy, FillAndZerosOnDevice) {

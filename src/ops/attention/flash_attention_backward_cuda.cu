@@ -5,9 +5,13 @@
 //   delta = rowsum(dO ∘ O)                                         (B, H, T)
 //   P = exp2(S₂ − lse₂), dP = dO·Vᵀ, dS = P ∘ (dP − delta)
 //   dQ = scale · dS·K                  (query-tile blocks, key tiles in order)
-//   dK = scale · dSᵀ·Q, dV = Pᵀ·dO    (key-tile blocks, the group's heads and query tiles
-//                                      in order: the GQA sum has one fixed order)
-// The streamed side of each kernel is double-buffered with cp.async.
+//   dK = scale · dSᵀ·Q, dV = Pᵀ·dO    (key-tile blocks, a part of the group's heads and the
+//                                      query tiles in order; with the group split into
+//                                      parts, F32 sums per part added in part order by
+//                                      flash_sum_parts_kernel: the GQA sum has one fixed order)
+// The streamed side of each kernel is double-buffered with cp.async. Both kernels start with
+// their heaviest blocks (causal: the last query tiles for dQ, the first key tiles for dK/dV),
+// so the long blocks are not left for the end of the grid.
 #include "../cuda_common.cuh"
 #include "attention_kernels.h"
 #include "flash_attention.cuh"
@@ -31,6 +35,9 @@ struct BackwardArgs {
   T* dq;
   T* dk;
   T* dv;
+  int parts;        // blocks per (b, KV head, key tile): the group's heads split in parts
+  float* dk_parts;  // (parts, B·Hkv, S, D) F32 unscaled sums when parts > 1, else null
+  float* dv_parts;
 };
 
 // delta[row] = Σ_d dO[row, d]·O[row, d] in F32, a warp per row.
@@ -101,6 +108,22 @@ __device__ __forceinline__ void store_rows(T* matrix, const float (&acc)[D / 8][
     for (int nt = 0; nt < D / 8; ++nt)
       *reinterpret_cast<uint32_t*>(row + nt * 8) =
           pack_pair<T>(acc[nt][2 * i] * scale, acc[nt][2 * i + 1] * scale);
+  }
+}
+
+// Stores a warp's 16 × D F32 accumulator rows as they are into rows [r0, r0 + 16) of a dense
+// F32 (rows, D) matrix, skipping rows at or past `rows`.
+template <int D>
+__device__ __forceinline__ void store_rows_f32(float* matrix, const float (&acc)[D / 8][4],
+                                               int64_t r0, int64_t rows, int g, int c) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int64_t r = r0 + g + 8 * i;
+    if (r >= rows) continue;
+    float* row = matrix + r * D + 2 * c;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt)
+      *reinterpret_cast<float2*>(row + nt * 8) = make_float2(acc[nt][2 * i], acc[nt][2 * i + 1]);
   }
 }
 
@@ -182,8 +205,9 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BackwardArgs<T> a) {
   store_rows<D>(a.dq + bh * s.T * D, dq, s.scale, t0 + warp * 16, s.T, g, c);
 }
 
-// dK and dV: a block per 64 key rows of one (b, KV head), streaming kQ query rows at a time
-// over the group's heads in order, then the visible query tiles in order.
+// dK and dV: a block per 64 key rows of one (b, KV head) and one part of its group's heads,
+// streaming kQ query rows at a time over the part's heads in order, then the visible query
+// tiles in order.
 template <int D>
 constexpr int kBackwardQueries = D == 128 ? 32 : 64;
 
@@ -206,10 +230,11 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
   __shared__ int64_t block_first_query[2];  // q0 of each stage's query block
 
   const FlashShape& s = a.shape;
-  const int64_t kv = blockIdx.x;  // b·Hkv + KV head
-  const int64_t group = s.H / s.Hkv;
-  const int64_t first_bh = (kv / s.Hkv) * s.H + (kv % s.Hkv) * group;
-  const int64_t j0 = (static_cast<int64_t>(gridDim.y) - 1 - blockIdx.y) * kTileRows;
+  const int64_t kv = blockIdx.x / a.parts;  // b·Hkv + KV head
+  const int part = static_cast<int>(blockIdx.x % a.parts);
+  const int64_t group = s.H / s.Hkv, heads = group / a.parts;  // heads of this block's part
+  const int64_t first_bh = (kv / s.Hkv) * s.H + (kv % s.Hkv) * group + part * heads;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.y) * kTileRows;  // causal: most work first
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
 
   // Steps over (head of the group, query block of kQ rows); causal default positions skip
@@ -217,7 +242,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
   const int64_t q_begin = query_blocks_begin(s, j0, kQ);
   const int64_t q_blocks = (s.T + kQ - 1) / kQ;
   const int64_t per_head = q_blocks > q_begin ? q_blocks - q_begin : 0;
-  const int64_t steps = group * per_head;
+  const int64_t steps = heads * per_head;
 
   const auto load_queries = [&](int64_t step, int stage) {
     const int64_t bh = first_bh + step / per_head;
@@ -287,9 +312,50 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
     weights_times_rows<D, kQ>(dk, ds, q_tile, lane);
     __syncthreads();
   }
+  if (a.parts > 1) {  // this part's sums; flash_sum_parts_kernel scales and rounds their total
+    const int64_t r0 = (part * s.B * s.Hkv + kv) * s.S;  // this part's rows of (b, KV head)
+    store_rows_f32<D>(a.dk_parts + r0 * D, dk, j0 + warp * 16, s.S, g, c);
+    store_rows_f32<D>(a.dv_parts + r0 * D, dv, j0 + warp * 16, s.S, g, c);
+    return;
+  }
   const int64_t r0 = kv * s.S;  // dk and dv rows of this (b, KV head) start here
   store_rows<D>(a.dk + r0 * D, dk, s.scale, j0 + warp * 16, s.S, g, c);
   store_rows<D>(a.dv + r0 * D, dv, 1.0f, j0 + warp * 16, s.S, g, c);
+}
+
+// dK = scale · Σ_parts dk_parts, dV = Σ_parts dv_parts, the parts added in order; n = B·Hkv·S·D
+// elements, four per thread (D is a multiple of 4).
+template <class T>
+__global__ void flash_sum_parts_kernel(const float* dk_parts, const float* dv_parts, T* dk, T* dv,
+                                       int parts, int64_t n, float scale) {
+  const int64_t i = 4 * (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
+  if (i >= n) return;
+  float4 k = *reinterpret_cast<const float4*>(dk_parts + i);
+  float4 v = *reinterpret_cast<const float4*>(dv_parts + i);
+  for (int p = 1; p < parts; ++p) {
+    const float4 kp = *reinterpret_cast<const float4*>(dk_parts + p * n + i);
+    const float4 vp = *reinterpret_cast<const float4*>(dv_parts + p * n + i);
+    k = make_float4(k.x + kp.x, k.y + kp.y, k.z + kp.z, k.w + kp.w);
+    v = make_float4(v.x + vp.x, v.y + vp.y, v.z + vp.z, v.w + vp.w);
+  }
+  const float ks[4] = {k.x, k.y, k.z, k.w}, vs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    dk[i + e] = from_float<T>(ks[e] * scale);
+    dv[i + e] = from_float<T>(vs[e]);
+  }
+}
+
+// Parts of a group's heads per dK/dV block: 1 when (b, KV head, key tile) blocks alone fill
+// the GPU several times over; else the group's smallest divisor that makes enough blocks for
+// the causal triangle's unequal blocks to even out (B8 H14 KV2 T1024: 256 blocks of up to
+// 112 query-tile steps become 1,792 of up to 16).
+int dkdv_parts(const FlashShape& s) {
+  constexpr int64_t kEnoughBlocks = 1024;  // ~4 per SM of a 132-SM H200 at 2 resident
+  const int64_t group = s.H / s.Hkv, blocks = s.B * s.Hkv * tiles_of(s.S);
+  for (int64_t p = 1; p < group; ++p)
+    if (group % p == 0 && blocks * p >= kEnoughBlocks) return static_cast<int>(p);
+  return static_cast<int>(group);
 }
 
 template <class T, int D>
@@ -311,10 +377,18 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
   if (s.B * s.Hkv * s.S > 0) {  // with T = 0 this writes zeros to dK and dV
     const size_t bytes = dkdv_shared_bytes<T, D>();
     allow_shared_bytes<flash_dkdv_kernel<T, D>>(bytes);
-    flash_dkdv_kernel<T, D>
-        <<<dim3(static_cast<unsigned>(s.B * s.Hkv), static_cast<unsigned>(tiles_of(s.S))), kThreads,
-           bytes, stream>>>(args);
+    flash_dkdv_kernel<T, D><<<dim3(static_cast<unsigned>(s.B * s.Hkv * args.parts),
+                                   static_cast<unsigned>(tiles_of(s.S))),
+                              kThreads, bytes, stream>>>(args);
     CUDA_CHECK_LAUNCH("flash_dkdv_kernel");
+    if (args.parts > 1) {
+      const int64_t n = s.B * s.Hkv * s.S * D;
+      constexpr int kSumThreads = 256;
+      flash_sum_parts_kernel<T>
+          <<<static_cast<unsigned>((n / 4 + kSumThreads - 1) / kSumThreads), kSumThreads, 0,
+             stream>>>(args.dk_parts, args.dv_parts, args.dk, args.dv, args.parts, n, s.scale);
+      CUDA_CHECK_LAUNCH("flash_sum_parts_kernel");
+    }
   }
 }
 
@@ -328,6 +402,13 @@ void flash_attention_backward_cuda(const AttentionShape& shape, const Tensor& q,
   // delta (B, H, T) F32, from the stream-ordered allocator: freed on return, reused only by
   // later work on the same stream.
   const Tensor delta = Tensor::empty({s.B, s.H, s.T}, DType::F32, q.device());
+  // The dK/dV parts' F32 sums (parts, B·Hkv, S, D) each, from the same allocator.
+  const int parts = dkdv_parts(s);
+  Tensor dk_parts, dv_parts;
+  if (parts > 1) {
+    dk_parts = Tensor::empty({parts, s.B * s.Hkv, s.S, shape.D}, DType::F32, q.device());
+    dv_parts = Tensor::empty({parts, s.B * s.Hkv, s.S, shape.D}, DType::F32, q.device());
+  }
   const auto run = [&](auto tag) {
     using T = decltype(tag);
     const BackwardArgs<T> args{s,
@@ -339,7 +420,10 @@ void flash_attention_backward_cuda(const AttentionShape& shape, const Tensor& q,
                                ptr<const float>(delta),
                                ptr<T>(dq),
                                ptr<T>(dk),
-                               ptr<T>(dv)};
+                               ptr<T>(dv),
+                               parts,
+                               parts > 1 ? ptr<float>(dk_parts) : nullptr,
+                               parts > 1 ? ptr<float>(dv_parts) : nullptr};
     if (shape.D == 64)
       launch_backward<T, 64>(args, ptr<const T>(out), ptr<float>(delta), stream_of(dq));
     else
