@@ -20,9 +20,13 @@ struct StridedIndexer {
   int64_t sizes[kMaxRank] = {};
   int64_t strides[kMaxRank] = {};
 
+  // Unrolled over kMaxRank so the arrays are indexed by constants (a loop to `rank` would
+  // index a kernel parameter at run time, which goes through a local-memory copy).
   __host__ __device__ int64_t offset(int64_t linear) const {
     int64_t off = 0;
-    for (int d = rank - 1; d >= 0; --d) {
+#pragma unroll
+    for (int d = kMaxRank - 1; d >= 0; --d) {
+      if (d >= rank) continue;
       const int64_t i = linear % sizes[d];
       linear /= sizes[d];
       off += i * strides[d];

@@ -142,7 +142,12 @@ __device__ __forceinline__ void plan_offsets(const PlanArgs<Index>& a, Index i, 
                                              Index& src) {
   dst = 0;
   src = 0;
-  for (int d = a.rank - 1; d > 0; --d) {
+  // Unrolled over every possible dim, so each array element is read by a constant index (a
+  // loop over a.rank indexes the parameter arrays at run time, which copies them to a stack
+  // frame in local memory and reads it for every word).
+#pragma unroll
+  for (int d = kMaxRank - 1; d > 0; --d) {
+    if (d >= a.rank) continue;
     const Index outer = i / a.sizes[d], at = i - outer * a.sizes[d];
     dst += at * a.dst_strides[d];
     src += at * a.src_strides[d];

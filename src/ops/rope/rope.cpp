@@ -2,7 +2,9 @@
 // same kernel (rope calls it).
 #include "microllm/ops/rope.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "../common.h"
 #include "microllm/autograd/node.h"
@@ -48,6 +50,32 @@ void check_rope_args(const char* op, const Tensor& x, const Tensor& positions,
                  positions.describe());
 }
 
+// x as the kernels read it: as it is when its rows of D are contiguous and its dtype is one
+// the device's kernels compute in (a transposed (B, T, H, D) projection is not copied), else
+// the dense compute operand.
+Tensor rows_operand(const Tensor& x) {
+  const bool kernel_dtype =
+      x.is_cuda() ? x.dtype() != DType::F64 : x.dtype() == DType::F32 || x.dtype() == DType::F64;
+  if (kernel_dtype && (x.stride(3) == 1 || x.size(3) <= 1)) return x;
+  return detail::compute_operand(x);
+}
+
+// An uninitialized tensor of `shape` whose memory order follows `strides` (dims by decreasing
+// stride): the gradient of a transposed view is dense once transposed back.
+Tensor empty_in_layout(const Shape& shape, const Strides& strides, DType dtype, Device device) {
+  std::vector<int64_t> order(shape.size());
+  for (size_t d = 0; d < order.size(); ++d) order[d] = static_cast<int64_t>(d);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  Shape dense_shape;
+  std::vector<int64_t> back(order.size());
+  for (size_t k = 0; k < order.size(); ++k) {
+    dense_shape.push_back(shape[order[k]]);
+    back[static_cast<size_t>(order[k])] = static_cast<int64_t>(k);
+  }
+  return Tensor::empty(dense_shape, dtype, device).permute(back);
+}
+
 }  // namespace
 
 void rope_out(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, const Tensor& out) {
@@ -71,22 +99,23 @@ void rope_out(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, 
 
 Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
   check_rope_args("rope", x, positions, inv_freq);
-  const Tensor xc = detail::compute_operand(x.detach());
-  const Tensor pos = positions.contiguous();  // (T) or (B, T); the kernel reads either
+  const Tensor xc = rows_operand(x.detach());  // (B, H, T, D), rows of D contiguous
+  const Tensor pos = positions.contiguous();   // (T) or (B, T); the kernel reads either
   // Frequencies in the kernel's arithmetic dtype: F32, or F64 for an F64 reference.
   const DType freq_dtype = detail::stat_dtype(xc.dtype());
   const Tensor freq = inv_freq.detach().to(x.device()).to(freq_dtype).contiguous();
   Tensor y = Tensor::empty(xc.shape(), xc.dtype(), x.device());
-  rope_out(xc, pos, freq, y);
+  MICROLLM_KERNEL(x.device(), rope, xc, pos, freq, false, y);  // rope_out's kernel, x strided
   Tensor out = y.to(x.dtype());
-  autograd::record(
-      "rope", {x}, {&out},
-      [pos, freq, kernel_dtype = xc.dtype(), dtype = x.dtype()](const std::vector<Tensor>& g) {
-        const Tensor dy = detail::compute_operand(g[0].to(kernel_dtype));
-        Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
-        MICROLLM_KERNEL(dy.device(), rope, dy, pos, freq, true, dx);
-        return std::vector<Tensor>{dx.to(dtype)};
-      });
+  // dx is laid out as x is (a transposed view's gradient is dense after the transpose back).
+  autograd::record("rope", {x}, {&out},
+                   [pos, freq, kernel_dtype = xc.dtype(), dtype = x.dtype(), shape = x.shape(),
+                    strides = x.strides()](const std::vector<Tensor>& g) {
+                     const Tensor dy = rows_operand(g[0].to(kernel_dtype));
+                     Tensor dx = empty_in_layout(shape, strides, dy.dtype(), dy.device());
+                     MICROLLM_KERNEL(dy.device(), rope, dy, pos, freq, true, dx);
+                     return std::vector<Tensor>{dx.to(dtype)};
+                   });
   return out;
 }
 

@@ -2,13 +2,16 @@
 // modeling_llama.apply_rotary_pos_emb). F32/BF16/F16 storage, F32 arithmetic; the CPU
 // reference is rope_cpu.cpp.
 //
-// Layout: x, y dense (B, H, T, D); positions dense (B, T) or (T) (shared by the batch), I32 or
-// I64; inv_freq dense (D/2) F32. y may be x (in place: each thread reads its pair, then
-// writes it). Pair (i, i + D/2) of row (b, h, t) turns by θ = float(position[b, t]) · inv_freq[i]
-// (−θ when `inverse`, the backward):
+// Layout: x, y (B, H, T, D), each with unit stride along D and its own strides over B, H, T
+// (the model's transposed (B, T, H, D) projections are read, and their gradients written,
+// without a copy); positions dense (B, T) or (T) (shared by the batch), I32 or I64; inv_freq
+// dense (D/2) F32. y may be x (in place: each thread reads its pair, then writes it). Pair
+// (i, i + D/2) of row (b, h, t) turns by θ = float(position[b, t]) · inv_freq[i] (−θ when
+// `inverse`, the backward):
 //   y[i] = x[i]·cos θ − x[i + D/2]·sin θ;  y[i + D/2] = x[i + D/2]·cos θ + x[i]·sin θ
 // One thread per pair: consecutive threads take consecutive i, so both halves of a row are
-// read and written coalesced.
+// read and written coalesced. The pair index is split into (b, h, t, i) in 32 bits when it
+// fits (64-bit division costs several times more).
 #include "../cuda_common.cuh"
 #include "rope_kernels.h"
 #include "rope_rotate.cuh"
@@ -18,25 +21,33 @@ namespace {
 
 using namespace cuda_detail;
 
-// x, y (B, H, T, D) with D = 2·half; positions (B, T) with row stride pos_stride (0 for (T));
-// inv_freq (half); pairs = B·H·T·half.
-template <class T, class Index>
-__global__ void rope_kernel(const T* x, const Index* positions, int64_t pos_stride,
-                            const float* inv_freq, bool inverse, T* y, int64_t pairs, int64_t heads,
-                            int64_t seq, int64_t half) {
-  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs;
-       p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t i = p % half, row = p / half;  // row indexes (B, H, T)
-    const int64_t t = row % seq, b = row / (heads * seq);
+struct RowStrides {
+  int64_t b, h, t;  // elements between rows along B, H, T
+};
+
+// x, y (B, H, T, D) with D = 2·half and row strides xs, ys; positions (B, T) with row stride
+// pos_stride (0 for (T)); inv_freq (half); pairs = B·H·T·half. I: the index type of the split.
+template <class T, class Index, class I>
+__global__ void rope_kernel(const T* x, RowStrides xs, const Index* positions, int64_t pos_stride,
+                            const float* inv_freq, bool inverse, T* y, RowStrides ys, I pairs,
+                            I heads, I seq, I half) {
+  for (I p = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs;
+       p += static_cast<I>(gridDim.x) * blockDim.x) {
+    const I row = p / half, i = p - row * half;  // row indexes (B, H, T)
+    const I bh = row / seq, t = row - bh * seq;
+    const I b = bh / heads, h = bh - b * heads;
     // The angle is formed in F32 exactly as on the CPU.
     const float angle = static_cast<float>(positions[b * pos_stride + t]) * inv_freq[i];
-    const int64_t lo = row * 2 * half + i, hi = lo + half;  // offsets into the (D) row
+    const T* xr = x + b * xs.b + h * xs.h + t * xs.t;
+    T* yr = y + b * ys.b + h * ys.h + t * ys.t;
     float y1, y2;
-    rope_rotate(to_float(x[lo]), to_float(x[hi]), angle, inverse, y1, y2);
-    y[lo] = from_float<T>(y1);
-    y[hi] = from_float<T>(y2);
+    rope_rotate(to_float(xr[i]), to_float(xr[i + half]), angle, inverse, y1, y2);
+    yr[i] = from_float<T>(y1);
+    yr[i + half] = from_float<T>(y2);
   }
 }
+
+RowStrides row_strides(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
 
 }  // namespace
 
@@ -47,9 +58,17 @@ void launch_rope(const Tensor& x, const Tensor& positions, int64_t pos_stride,
                  const Tensor& inv_freq, bool inverse, const Tensor& y, int64_t pairs,
                  int64_t heads, int64_t seq, int64_t half) {
   constexpr int kThreads = 256;
-  rope_kernel<T, Index><<<grid_for(pairs, kThreads), kThreads, 0, stream_of(x)>>>(
-      ptr<const T>(x), ptr<const Index>(positions), pos_stride, ptr<const float>(inv_freq), inverse,
-      ptr<T>(y), pairs, heads, seq, half);
+  const auto launch = [&](auto index_tag) {
+    using I = decltype(index_tag);
+    rope_kernel<T, Index, I><<<grid_for(pairs, kThreads), kThreads, 0, stream_of(x)>>>(
+        ptr<const T>(x), row_strides(x), ptr<const Index>(positions), pos_stride,
+        ptr<const float>(inv_freq), inverse, ptr<T>(y), row_strides(y), static_cast<I>(pairs),
+        static_cast<I>(heads), static_cast<I>(seq), static_cast<I>(half));
+  };
+  if (pairs < (int64_t{1} << 31))
+    launch(uint32_t{});
+  else
+    launch(int64_t{});
   CUDA_CHECK_LAUNCH("rope_kernel");
 }
 

@@ -5,7 +5,9 @@
 
 namespace microllm::ops {
 
-// x, y dense (B, H, T, D) (CPU: F32/F64; CUDA: F32/BF16/F16); positions dense I32 or I64,
+// x, y (B, H, T, D) with unit stride along D and any strides over B, H, T (so a transposed
+// (B, T, H, D) projection is read, or a gradient written, in place of a copy) (CPU: F32/F64;
+// CUDA: F32/BF16/F16); positions dense I32 or I64,
 // (B, T) or (T) shared by the batch; inv_freq dense (D/2), F32 (F64 for F64 x). `inverse`
 // rotates by −θ (the backward of a rotation is its transpose). The angle is
 // float(position)·inv_freq in inv_freq's dtype. y may be x itself (each pair is read before

@@ -97,6 +97,32 @@ TEST(OpsForward, RopeInvFreqRoundsEachStepCorrectly) {
 
 // ---- bad input -------------------------------------------------------------------------------
 
+// A transposed (B, T, H, D) projection is read in place: the same values and gradient as
+// its dense copy, and the gradient comes back laid out like the projection, so the transpose
+// back is dense (the Transformer's reshape then needs no copy).
+TEST(OpsForward, RopeReadsATransposedViewAndReturnsItsGradientInItsLayout) {
+  for (DType dtype : {DType::F32, DType::F64, DType::BF16}) {
+    SCOPED_TRACE(::testing::Message() << dtype);
+    const Tensor projection = randn_tensor({2, 5, 3, 8}, 31, dtype);  // (B, T, H, D)
+    const Tensor dy = randn_tensor({2, 3, 5, 8}, 32, dtype);          // (B, H, T, D)
+    const Tensor positions = ids({4, 5, 6, 7, 8}, {5});
+    const Tensor inv_freq = ops::rope_inv_freq(8, 10000.0);
+    Tensor strided = projection.clone();
+    strided.set_requires_grad(true);
+    Tensor dense = projection.transpose(1, 2).contiguous();
+    dense.set_requires_grad(true);
+    const Tensor y_strided = ops::rope(strided.transpose(1, 2), positions, inv_freq);
+    const Tensor y_dense = ops::rope(dense, positions, inv_freq);
+    EXPECT_EQ(y_strided.to_vector_f64(), y_dense.to_vector_f64());
+    y_strided.backward(dy);
+    y_dense.backward(dy);
+    EXPECT_EQ(strided.grad().to_vector_f64(),
+              dense.grad().transpose(1, 2).contiguous().to_vector_f64());
+    if (dtype != DType::BF16)  // (BF16 grads are converted back from the F32 kernel's)
+      EXPECT_TRUE(strided.grad().is_contiguous()) << strided.grad().describe();
+  }
+}
+
 namespace {
 // Zero tensors of a shape, for the error cases.
 Tensor f32(const Shape& shape) { return Tensor::zeros(shape, DType::F32); }
