@@ -76,10 +76,12 @@ def ops_table(records: list[dict]) -> str:
 
 def train_table(records: list[dict]) -> str:
     """Training throughput; the ratios are PyTorch's step time over microllm's (> 1: microllm
-    faster). Records before the torch.compile peer was added show "—" for it."""
+    faster). Records before the torch.compile peer was added show "—" for it, records before
+    MFU and stage times were recorded "—" for those."""
     lines = ["| model shape | tokens per step | microllm tokens/s | PyTorch eager tokens/s | eager / microllm "
-             "| torch.compile tokens/s | compile / microllm | microllm peak GiB | commit |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| torch.compile tokens/s | compile / microllm | MFU microllm / compile "
+             "| forward / backward / optimizer ms | microllm peak GiB | commit |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         d = r["derived"]
         mine = d["microllm_tokens_per_s"]
@@ -87,10 +89,18 @@ def train_table(records: list[dict]) -> str:
         ratio = r.get("ratio_of_medians", {}).get("value")
         compiled = (d.get("compiled_peer") or {}).get("tokens_per_s")
         peak = d.get("microllm_peak_bytes")
+        mfu = d.get("mfu") or {}
+        mfu_cell = (f"{100 * mfu['microllm']:.1f} % / "
+                    + (f"{100 * mfu['compiled_peer']:.1f} %" if mfu.get("compiled_peer") is not None else "—")
+                    if mfu.get("microllm") is not None else "—")
+        stages = d.get("microllm_stage_ms")
+        stage_cell = (f"{stages['forward']:.1f} / {stages['backward']:.1f} / {stages['optimizer']:.1f}"
+                      if stages else "—")
         lines.append(f"| {r['_case']} ({r['config']['dtype']}) | {r['config']['tokens_per_step']:,} | "
                      f"{mine:,.0f} | " + (f"{peer:,.0f}" if peer else "—") + " | "
                      + (f"{ratio:.2f}×" if ratio is not None else "—") + " | "
                      + (f"{compiled:,.0f} | {mine / compiled:.2f}×" if compiled else "— | —") + " | "
+                     + f"{mfu_cell} | {stage_cell} | "
                      + (f"{peak / 2**30:.1f}" if peak else "—") + f" | `{r['git']['commit'][:7]}` |")
     return "\n".join(lines)
 

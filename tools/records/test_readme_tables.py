@@ -73,3 +73,23 @@ def test_generate_table_shows_the_decode_mode_graphs_first(tmp_path):
                        "3.00 GiB | `ggggggg` |")
     assert rows[3].startswith("| m | 1 | 8 | 128 | eager | 1,234 | — |") and rows[3].endswith("| `eeeeeee` |")
     assert len(rows) == 4
+
+
+def test_train_table_shows_mfu_and_stage_times_where_recorded():
+    base = {"git": {"dirty": False, "commit": "c" * 40}, "_case": "m B8 T1024",
+            "config": {"dtype": "bf16", "tokens_per_step": 8192}, "ratio_of_medians": {"value": 1.5}}
+    new = dict(base, derived={"microllm_tokens_per_s": 1000.0, "peer_tokens_per_s": 600.0,
+                              "compiled_peer": {"tokens_per_s": 800.0},
+                              "mfu": {"microllm": 0.4493, "compiled_peer": 0.3611},
+                              "microllm_stage_ms": {"forward": 20.23, "backward": 45.94,
+                                                    "comm wait": 0.0, "optimizer": 4.84},
+                              "microllm_peak_bytes": 2 * 2**30})
+    old = dict(base, derived={"microllm_tokens_per_s": 900.0})
+    rows = readme_tables.train_table([new, old]).splitlines()
+    header = [c.strip() for c in rows[0].strip("|").split("|")]
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows[2:]]
+    assert cells[0][header.index("MFU microllm / compile")] == "44.9 % / 36.1 %"
+    assert cells[0][header.index("forward / backward / optimizer ms")] == "20.2 / 45.9 / 4.8"
+    assert cells[0][header.index("compile / microllm")] == "1.25×"
+    assert cells[1][header.index("MFU microllm / compile")] == "—"
+    assert cells[1][header.index("forward / backward / optimizer ms")] == "—"

@@ -1,0 +1,34 @@
+"""ncu_step_summary.py: the decode step and the whole training step it sums."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import ncu_step_summary  # noqa: E402
+
+
+def kernel(name: str, us: float = 1.0) -> tuple[str, float, str]:
+    return (name, us, "(1, 1, 1)")
+
+
+def test_train_step_runs_from_a_gather_after_the_optimizer_to_the_next():
+    step = [kernel("gather_rows_kernel<uint4, long>"), kernel("gemm"), kernel("gather_rows_kernel<x>"),
+            kernel("adamw_kernel<bf16>"), kernel("adamw_kernel<bf16>")]
+    ks = [kernel("setup")] + step * 3
+    got = ncu_step_summary.train_step(ks)
+    assert got == step  # the second-to-last whole step; a gather inside a step starts nothing
+
+
+def test_train_step_needs_three_steps():
+    ks = [kernel("gather_rows_kernel"), kernel("adamw_kernel")] * 2
+    with pytest.raises(SystemExit):
+        ncu_step_summary.train_step(ks)
+
+
+def test_decode_step_is_from_the_second_to_last_gather():
+    ks = [kernel("gather_rows_kernel"), kernel("a"), kernel("gather_rows_kernel"), kernel("b"),
+          kernel("gather_rows_kernel"), kernel("c")]
+    assert ncu_step_summary.last_step(ks) == ks[2:]
