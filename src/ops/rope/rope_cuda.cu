@@ -9,10 +9,9 @@
 // (i, i + D/2) of row (b, h, t) turns by θ = float(position[b, t]) · inv_freq[i] (−θ when
 // `inverse`, the backward):
 //   y[i] = x[i]·cos θ − x[i + D/2]·sin θ;  y[i + D/2] = x[i + D/2]·cos θ + x[i]·sin θ
-// One thread per (b, t, i), turning pair i of that row in every head by the one angle (sincosf
-// once per H pairs: it was most of the kernel's time): consecutive threads take consecutive
-// i, so both halves of a row are read and written coalesced. The index is split into
-// (b, t, i) in 32 bits when it fits (64-bit division costs several times more).
+// One thread per pair: consecutive threads take consecutive i, so both halves of a row are
+// read and written coalesced. The pair index is split into (b, h, t, i) in 32 bits when it
+// fits (64-bit division costs several times more).
 #include "../cuda_common.cuh"
 #include "rope_kernels.h"
 #include "rope_rotate.cuh"
@@ -27,28 +26,24 @@ struct RowStrides {
 };
 
 // x, y (B, H, T, D) with D = 2·half and row strides xs, ys; positions (B, T) with row stride
-// pos_stride (0 for (T)); inv_freq (half); pairs = B·T·half (pairs of one head). I: the index
-// type of the split.
+// pos_stride (0 for (T)); inv_freq (half); pairs = B·H·T·half. I: the index type of the split.
 template <class T, class Index, class I>
 __global__ void rope_kernel(const T* x, RowStrides xs, const Index* positions, int64_t pos_stride,
                             const float* inv_freq, bool inverse, T* y, RowStrides ys, I pairs,
                             I heads, I seq, I half) {
   for (I p = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs;
        p += static_cast<I>(gridDim.x) * blockDim.x) {
-    const I bt = p / half, i = p - bt * half;  // bt indexes (B, T)
-    const I b = bt / seq, t = bt - b * seq;
+    const I row = p / half, i = p - row * half;  // row indexes (B, H, T)
+    const I bh = row / seq, t = row - bh * seq;
+    const I b = bh / heads, h = bh - b * heads;
     // The angle is formed in F32 exactly as on the CPU.
     const float angle = static_cast<float>(positions[b * pos_stride + t]) * inv_freq[i];
-    float s, c;
-    rope_sin_cos(angle, inverse, s, c);
-    const T* xr = x + b * xs.b + t * xs.t + i;
-    T* yr = y + b * ys.b + t * ys.t + i;
-    for (I h = 0; h < heads; ++h) {
-      float y1, y2;
-      rope_turn(to_float(xr[h * xs.h]), to_float(xr[h * xs.h + half]), s, c, y1, y2);
-      yr[h * ys.h] = from_float<T>(y1);
-      yr[h * ys.h + half] = from_float<T>(y2);
-    }
+    const T* xr = x + b * xs.b + h * xs.h + t * xs.t;
+    T* yr = y + b * ys.b + h * ys.h + t * ys.t;
+    float y1, y2;
+    rope_rotate(to_float(xr[i]), to_float(xr[i + half]), angle, inverse, y1, y2);
+    yr[i] = from_float<T>(y1);
+    yr[i + half] = from_float<T>(y2);
   }
 }
 
@@ -80,8 +75,8 @@ void launch_rope(const Tensor& x, const Tensor& positions, int64_t pos_stride,
 void rope_cuda(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool inverse,
                const Tensor& y) {
   const int64_t heads = x.size(1), seq = x.size(2), half = x.size(3) / 2;
-  const int64_t pairs = x.size(0) * seq * half;  // of one head: a thread turns all heads
-  if (pairs == 0 || heads == 0) return;
+  const int64_t pairs = x.numel() / 2;
+  if (pairs == 0) return;
   const int64_t pos_stride = positions.dim() == 2 ? seq : 0;
   const bool pos32 = positions.dtype() == DType::I32;
   switch (x.dtype()) {
