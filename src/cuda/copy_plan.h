@@ -4,7 +4,7 @@
 //
 // A transpose like (B, T, H, D) → (B, H, T, D) keeps rows of D elements contiguous on both
 // sides; copied element by element with a rank-4 index computation per 2-byte element it
-// ran at 0.15 TB/s on the H200, copied as 16-byte words it is a plain streaming copy.
+// moved 0.3 TB/s (read + write) on the H200; copied as 16-byte words it is a streaming copy.
 #pragma once
 
 #include <cstdint>
