@@ -12,6 +12,8 @@
 // The streamed side of each kernel is double-buffered with cp.async. Both kernels start with
 // their heaviest blocks (causal: the last query tiles for dQ, the first key tiles for dK/dV),
 // so the long blocks are not left for the end of the grid.
+#include <type_traits>
+
 #include "../cuda_common.cuh"
 #include "attention_kernels.h"
 #include "flash_attention.cuh"
@@ -95,35 +97,24 @@ __device__ __forceinline__ void weights_times_rows(float (&acc)[D / 8][4],
 }
 
 // Stores a warp's 16 × D accumulator rows (scaled) into rows [r0, r0 + 16) of a dense
-// (rows, D) matrix, skipping rows at or past `rows`.
-template <int D, class T>
-__device__ __forceinline__ void store_rows(T* matrix, const float (&acc)[D / 8][4], float scale,
+// (rows, D) matrix of T (rounded) or float (as they are, scale 1), skipping rows at or past
+// `rows`.
+template <int D, class Out>
+__device__ __forceinline__ void store_rows(Out* matrix, const float (&acc)[D / 8][4], float scale,
                                            int64_t r0, int64_t rows, int g, int c) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int64_t r = r0 + g + 8 * i;
     if (r >= rows) continue;
-    T* row = matrix + r * D + 2 * c;
+    Out* row = matrix + r * D + 2 * c;
 #pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt)
-      *reinterpret_cast<uint32_t*>(row + nt * 8) =
-          pack_pair<T>(acc[nt][2 * i] * scale, acc[nt][2 * i + 1] * scale);
-  }
-}
-
-// Stores a warp's 16 × D F32 accumulator rows as they are into rows [r0, r0 + 16) of a dense
-// F32 (rows, D) matrix, skipping rows at or past `rows`.
-template <int D>
-__device__ __forceinline__ void store_rows_f32(float* matrix, const float (&acc)[D / 8][4],
-                                               int64_t r0, int64_t rows, int g, int c) {
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int64_t r = r0 + g + 8 * i;
-    if (r >= rows) continue;
-    float* row = matrix + r * D + 2 * c;
-#pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt)
-      *reinterpret_cast<float2*>(row + nt * 8) = make_float2(acc[nt][2 * i], acc[nt][2 * i + 1]);
+    for (int nt = 0; nt < D / 8; ++nt) {
+      const float lo = acc[nt][2 * i] * scale, hi = acc[nt][2 * i + 1] * scale;
+      if constexpr (std::is_same_v<Out, float>)
+        *reinterpret_cast<float2*>(row + nt * 8) = make_float2(lo, hi);
+      else
+        *reinterpret_cast<uint32_t*>(row + nt * 8) = pack_pair<Out>(lo, hi);
+    }
   }
 }
 
@@ -314,8 +305,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
   }
   if (a.parts > 1) {  // this part's sums; flash_sum_parts_kernel scales and rounds their total
     const int64_t r0 = (part * s.B * s.Hkv + kv) * s.S;  // this part's rows of (b, KV head)
-    store_rows_f32<D>(a.dk_parts + r0 * D, dk, j0 + warp * 16, s.S, g, c);
-    store_rows_f32<D>(a.dv_parts + r0 * D, dv, j0 + warp * 16, s.S, g, c);
+    store_rows<D>(a.dk_parts + r0 * D, dk, 1.0f, j0 + warp * 16, s.S, g, c);
+    store_rows<D>(a.dv_parts + r0 * D, dv, 1.0f, j0 + warp * 16, s.S, g, c);
     return;
   }
   const int64_t r0 = kv * s.S;  // dk and dv rows of this (b, KV head) start here
