@@ -9,7 +9,9 @@ rows (then the LM head, sampling and log-probabilities): the last step runs from
 second-to-last gather to the end. A training step starts with the embedding's
 gather_rows_kernel and ends with the optimizer's adamw_kernel launches: --train sums the
 second-to-last whole step (from a gather that follows an optimizer launch to the next such
-gather), so the profile's last step, followed by the run's end, is not counted. ncu serializes
+gather), so the profile's last step, followed by the run's end, is not counted. The sums are
+printed by kernel family (GEMM, attention, loss, optimizer, copies, other: CATEGORIES) and
+by kernel name and grid. ncu serializes
 kernels and flushes caches before each, so a duration bounds its in-graph time from above;
 the shares rank the kernels, their sum is not the step time.
 
@@ -51,13 +53,45 @@ def train_step(ks: list[tuple[str, float, str]]) -> list[tuple[str, float, str]]
     return ks[starts[-2]:starts[-1]]
 
 
+# Kernel families of a step, by name: the first pattern that matches names the family.
+CATEGORIES = (
+    ("GEMM and GEMV", re.compile(r"nvjet|sm90_xmma|cutlass|splitKreduce|gemm|gemv", re.I)),
+    ("attention", re.compile(r"^(flash_|attention_|paged_attention)")),
+    ("loss", re.compile(r"cross_entropy|mean_over_kept")),
+    ("optimizer", re.compile(r"^(adamw|squares|sum_partials|sgd)|ops::<unnamed>::sum_partials")),
+    ("copies and conversions", re.compile(r"copy_words|convert(_float)?_kernel")),
+)
+
+
+def category(name: str) -> str:
+    for label, pattern in CATEGORIES:
+        if pattern.search(name):
+            return label
+    return "other (elementwise, norms, RoPE, embedding, reductions)"
+
+
+def category_totals(step: list[tuple[str, float, str]]) -> dict[str, float]:
+    totals: dict[str, float] = collections.defaultdict(float)
+    for name, t, _ in step:
+        totals[category(name)] += t
+    return dict(totals)
+
+
+def category_lines(step: list[tuple[str, float, str]]) -> list[str]:
+    totals = category_totals(step)
+    total = sum(totals.values())
+    return [f"  {label:<58} {t:9.1f} us {100 * t / total:5.1f} %"
+            for label, t in sorted(totals.items(), key=lambda kv: -kv[1])]
+
+
 def summary(path: str, train: bool = False) -> str:
     step = train_step(kernels(path)) if train else last_step(kernels(path))
     total = sum(t for _, t, _ in step)
     groups: dict[str, list[float]] = collections.OrderedDict()
     for name, t, grid in step:
         groups.setdefault(f"{name[:55]} grid {grid}", []).append(t)
-    lines = [f"{path}: {'a whole training' if train else 'last'} step {len(step)} kernels, {total:.1f} us summed"]
+    lines = [f"{path}: {'a whole training' if train else 'last'} step {len(step)} kernels, {total:.1f} us summed",
+             "by family:", *category_lines(step), "by kernel:"]
     for key, times in sorted(groups.items(), key=lambda kv: -sum(kv[1])):
         s = sum(times)
         lines.append(f"  {len(times):4d} x {key:<72} {s:8.1f} us {100 * s / total:5.1f} %"
