@@ -7,6 +7,7 @@
 // merged dims; other conversions go through double (floats) or int64 (integer to integer),
 // as the CPU backend does, one element and one full-rank index computation at a time.
 #include "copy_plan.h"
+#include "float_dispatch.h"
 #include "indexer.h"
 #include "kernel_utils.cuh"
 #include "microllm/cuda/check.h"
@@ -208,11 +209,10 @@ __global__ void arange_kernel(void* dst, int dtype, int64_t start, int64_t n, bo
   }
 }
 
-// The plan's arguments with Index = uint32_t when they fit, else int64_t; fn(args).
+// The plan's arguments with Index = uint32_t when they fit, else int64_t; fn(args). The plan
+// has at most the tensors' rank (checked against kMaxRank by copy_tensor).
 template <class Fn>
-void with_plan_args(const CopyPlan& plan, const char* op, Fn&& fn) {
-  MICROLLM_CHECK(plan.rank <= kMaxRank, op, "rank ", plan.rank, " is above the supported ",
-                 kMaxRank);
+void with_plan_args(const CopyPlan& plan, Fn&& fn) {
   bool small = plan.words < (int64_t{1} << 31);
   int64_t dst_end = 0, src_end = 0;
   for (int d = 0; d < plan.rank; ++d) {
@@ -245,7 +245,7 @@ template <class Word>
 void launch_copy_words(const Tensor& dst, const Tensor& src, const CopyPlan& plan,
                        cudaStream_t stream) {
   constexpr int kThreads = 256;
-  with_plan_args(plan, "cuda copy", [&](const auto& args) {
+  with_plan_args(plan, [&](const auto& args) {
     copy_words_kernel<<<grid_for(plan.words, kThreads), kThreads, 0, stream>>>(
         static_cast<Word*>(dst.raw_data()), static_cast<const Word*>(src.raw_data()), args);
   });
@@ -258,35 +258,16 @@ bool is_float_family(DType t) { return t == DType::F32 || t == DType::BF16 || t 
 void convert_floats(const Tensor& dst, const Tensor& src, cudaStream_t stream) {
   const CopyPlan plan = plan_copy(dst.shape(), dst.strides(), src.strides(), 1, 0, 0, 1);
   constexpr int kThreads = 256;
-  const auto run = [&](auto d_tag, auto s_tag) {
-    using D = decltype(d_tag);
-    using S = decltype(s_tag);
-    with_plan_args(plan, "cuda copy", [&](const auto& args) {
-      convert_float_kernel<<<grid_for(plan.words, kThreads), kThreads, 0, stream>>>(
-          static_cast<D*>(dst.raw_data()), static_cast<const S*>(src.raw_data()), args);
+  dispatch_cuda_float(dst.dtype(), "cuda copy", [&](auto d_tag) {
+    dispatch_cuda_float(src.dtype(), "cuda copy", [&](auto s_tag) {
+      using D = decltype(d_tag);
+      using S = decltype(s_tag);
+      with_plan_args(plan, [&](const auto& args) {
+        convert_float_kernel<<<grid_for(plan.words, kThreads), kThreads, 0, stream>>>(
+            static_cast<D*>(dst.raw_data()), static_cast<const S*>(src.raw_data()), args);
+      });
     });
-  };
-  const auto with_src = [&](auto d_tag) {
-    switch (src.dtype()) {
-      case DType::F32:
-        return run(d_tag, float{});
-      case DType::BF16:
-        return run(d_tag, __nv_bfloat16{});
-      default:
-        return run(d_tag, __half{});
-    }
-  };
-  switch (dst.dtype()) {
-    case DType::F32:
-      with_src(float{});
-      break;
-    case DType::BF16:
-      with_src(__nv_bfloat16{});
-      break;
-    default:
-      with_src(__half{});
-      break;
-  }
+  });
   CUDA_CHECK_LAUNCH("convert_float_kernel");
 }
 
@@ -302,8 +283,8 @@ void copy_tensor(const Tensor& dst, const Tensor& src) {
     count_transfer(cudaMemcpyDeviceToDevice, dst.nbytes());
     return;
   }
-  MICROLLM_CHECK(dst.dim() <= kMaxRank && src.dim() == dst.dim(), "cuda copy", "rank ", dst.dim(),
-                 " is above the supported ", kMaxRank, " for ", dst.describe());
+  MICROLLM_CHECK(dst.dim() <= kMaxRank, "cuda copy", "rank ", dst.dim(), " is above the supported ",
+                 kMaxRank, " for ", dst.describe());
   if (dst.dtype() == src.dtype()) {
     const CopyPlan plan = plan_copy(
         dst.shape(), dst.strides(), src.strides(), static_cast<int>(dtype_size(dst.dtype())),

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include "../cuda/dependent_launch.cuh"
+#include "../cuda/float_dispatch.h"
 #include "../cuda/indexer.h"
 #include "../cuda/kernel_utils.cuh"
 #include "microllm/core/tensor.h"
@@ -30,23 +31,7 @@ using microllm::cuda::Vec16;
 using microllm::cuda::warp_max;
 using microllm::cuda::warp_sum;
 
-// Calls fn(T{}) with T = float, __nv_bfloat16 or __half; other dtypes are an Error naming op.
-template <class Fn>
-void dispatch_cuda_float(DType dtype, const char* op, Fn&& fn) {
-  switch (dtype) {
-    case DType::F32:
-      fn(float{});
-      return;
-    case DType::BF16:
-      fn(__nv_bfloat16{});
-      return;
-    case DType::F16:
-      fn(__half{});
-      return;
-    default:
-      MICROLLM_FAIL(op, "CUDA kernels take f32, bf16 or f16, found ", dtype);
-  }
-}
+using microllm::cuda::dispatch_cuda_float;
 
 inline cudaStream_t stream_of(const Tensor& t) {
   return microllm::cuda::current_stream_handle(t.device());

@@ -16,8 +16,9 @@ Tensor rope_inv_freq(int64_t head_dim, double theta);
 Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq);
 
 // The allocation-free form: rope's kernel and values into a preallocated dense out of x's
-// shape, dtype and device; no autograd. x dense (f32 or f64 on the CPU, f32, bf16 or f16 on
-// CUDA); positions dense I32/I64 (T) or (B, T) on x's device; inv_freq dense (D/2) in f32
+// shape, dtype and device; no autograd. x with unit stride along D (any strides over B, H,
+// T: a transposed (B, T, H, D) view is read in place; f32 or f64 on the CPU, f32, bf16 or
+// f16 on CUDA); positions dense I32/I64 (T) or (B, T) on x's device; inv_freq dense (D/2) in f32
 // (f64 for f64 x) on x's device — rope converts these, rope_out does not. out may be x
 // itself (in place); any other overlap is an Error.
 void rope_out(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, const Tensor& out);

@@ -55,7 +55,7 @@ void check_rope_args(const char* op, const Tensor& x, const Tensor& positions,
 // the dense compute operand.
 Tensor rows_operand(const Tensor& x) {
   const bool kernel_dtype =
-      x.is_cuda() ? x.dtype() != DType::F64 : x.dtype() == DType::F32 || x.dtype() == DType::F64;
+      x.is_cuda() ? x.dtype() != DType::F64 : detail::cpu_compute_dtype(x.dtype()) == x.dtype();
   if (kernel_dtype && (x.stride(3) == 1 || x.size(3) <= 1)) return x;
   return detail::compute_operand(x);
 }
@@ -82,7 +82,10 @@ void rope_out(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, 
   const char* op = "rope_out";
   check_rope_args(op, x, positions, inv_freq);
   detail::check_out_dtype(op, x, "x");
-  detail::check_dense(op, x, "x");
+  MICROLLM_CHECK(x.stride(3) == 1 || x.size(3) <= 1, op,
+                 "x must have unit stride along D (rows of D contiguous), found ", x.describe(),
+                 " with strides (", x.stride(0), ", ", x.stride(1), ", ", x.stride(2), ", ",
+                 x.stride(3), ")");
   detail::check_dense(op, positions, "positions");
   const DType freq_dtype = detail::stat_dtype(x.dtype());
   MICROLLM_CHECK(inv_freq.dtype() == freq_dtype && inv_freq.device() == x.device(), op,
@@ -105,7 +108,7 @@ Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
   const DType freq_dtype = detail::stat_dtype(xc.dtype());
   const Tensor freq = inv_freq.detach().to(x.device()).to(freq_dtype).contiguous();
   Tensor y = Tensor::empty(xc.shape(), xc.dtype(), x.device());
-  MICROLLM_KERNEL(x.device(), rope, xc, pos, freq, false, y);  // rope_out's kernel, x strided
+  rope_out(xc, pos, freq, y);
   Tensor out = y.to(x.dtype());
   // dx is laid out as x is (a transposed view's gradient is dense after the transpose back).
   autograd::record("rope", {x}, {&out},

@@ -148,4 +148,7 @@ TEST(BadInput, Rope) {
   EXPECT_ERROR(ops::rope(f32({1, 1, 3, 4}), i64({3}), f32({3})), "rope",
                {"inv_freq", "(2)", "f32(3,)"});
   EXPECT_ERROR(ops::rope(i64({1, 1, 3, 4}), i64({3}), freq2), "rope", {"'x'", "i64(1, 1, 3, 4)"});
+  // rope_out reads strided rows, but each row of D must be contiguous.
+  EXPECT_ERROR(ops::rope_out(f32({1, 1, 4, 3}).transpose(2, 3), i64({3}), freq2, f32({1, 1, 3, 4})),
+               "rope_out", {"unit stride along D", "(12, 12, 1, 3)"});
 }

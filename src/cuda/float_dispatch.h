@@ -1,0 +1,31 @@
+// Dtype dispatch to the floating element types the CUDA kernels are instantiated for (host
+// code): the CUDA side of Tensor itself and the operators' kernels share it.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "microllm/core/error.h"
+#include "microllm/core/tensor.h"
+
+namespace microllm::cuda {
+
+// Calls fn(T{}) with T = float, __nv_bfloat16 or __half; other dtypes are an Error naming op.
+template <class Fn>
+void dispatch_cuda_float(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::F32:
+      fn(float{});
+      return;
+    case DType::BF16:
+      fn(__nv_bfloat16{});
+      return;
+    case DType::F16:
+      fn(__half{});
+      return;
+    default:
+      MICROLLM_FAIL(op, "CUDA kernels take f32, bf16 or f16, found ", dtype);
+  }
+}
+
+}  // namespace microllm::cuda
