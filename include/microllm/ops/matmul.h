@@ -6,6 +6,7 @@
 #pragma once
 
 #include "microllm/core/tensor.h"
+#include "microllm/ops/l2_prefetch.h"
 
 namespace microllm::ops {
 
@@ -71,6 +72,7 @@ struct GemvFusion {
   Tensor residual;
   GemvRopeKvWrite rope;  // GemvEpilogue::rope_kv_write only
   int64_t kernel_rows = 0;
+  L2Prefetch prefetch;  // CUDA: bytes for the L2 to fetch while the kernel runs (a hint)
 };
 void gemv_out(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
               const GemvFusion& fusion);
