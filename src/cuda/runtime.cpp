@@ -43,14 +43,6 @@ int device_count() {
 
 bool is_available() { return device_count() > 0; }
 
-int64_t l2_cache_bytes(Device device) {
-  MICROLLM_CHECK(device.is_cuda() && device.index >= 0 && device.index < device_count(), "cuda",
-                 "device ", device, " does not exist (", device_count(), " visible)");
-  int bytes = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device.index));
-  return bytes;
-}
-
 std::string unavailable_reason() {
   if (is_available()) return "";
   int n = 0;

@@ -2,7 +2,6 @@
 // forms writing into one arena carved at construction for the largest step of the limits.
 #include "microllm/model/decoder_step.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -30,25 +29,6 @@ int64_t decode_gemv_max_seqs(DType dtype) {
 bool fused_decode_enabled() {
   const char* env = std::getenv("MICROLLM_DECODE_FUSION");
   return env == nullptr || std::strcmp(env, "0") != 0;
-}
-
-// The share of the L2 cache the fused decode layer's prefetches may fill (MICROLLM_L2_PREFETCH,
-// 0: no prefetch).
-double l2_prefetch_share() {
-  const char* env = std::getenv("MICROLLM_L2_PREFETCH");
-  if (env == nullptr) return 0.6;
-  char* end = nullptr;
-  const double share = std::strtod(env, &end);
-  MICROLLM_CHECK(end != env && *end == '\0' && share >= 0.0 && share <= 1.0, "DecoderStep",
-                 "MICROLLM_L2_PREFETCH must be a share of the L2 cache between 0 and 1, found '",
-                 env, "'");
-  return share;
-}
-
-// The first `bytes` of rows of w (R, C) (all of it when it fits).
-Tensor leading_rows(const Tensor& w, int64_t bytes) {
-  const int64_t row_bytes = w.size(1) * static_cast<int64_t>(dtype_size(w.dtype()));
-  return w.narrow(0, 0, std::clamp<int64_t>(bytes / row_bytes, 0, w.size(0)));
 }
 
 }  // namespace
@@ -124,28 +104,6 @@ DecoderStep::DecoderStep(const ModelWeights& weights, StepLimits limits)
   ws_->take_all(ws_->arena, c, limits, weights.dtype(), attention_bytes);
   // paged_attention's split counters start at zero (each call leaves them so).
   if (ws_->attention_scratch.defined()) ws_->attention_scratch.fill(0.0);
-  // The prefetch schedule: the MLP weights share the budget in proportion to their sizes
-  // (whole at the Qwen2.5-0.5B shape, the leading rows of each at 1.5B).
-  const double budget = l2_prefetch_share() * static_cast<double>(ops::l2_cache_bytes(weights.device()));
-  if (budget <= 0.0) return;
-  const auto& layers = weights.layers();
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const LayerWeights& w = layers[i];
-    const int64_t F = c.intermediate_size;
-    const auto gate_up_bytes = static_cast<double>(w.gate_up.nbytes()),
-               down_bytes = static_cast<double>(w.down.nbytes());
-    const double scale = std::min(1.0, budget / (gate_up_bytes + down_bytes));
-    const auto half = static_cast<int64_t>(scale * gate_up_bytes / 2);
-    LayerPrefetch p;
-    p.qkv.parts = {leading_rows(w.gate_up.narrow(0, 0, F), half),
-                   leading_rows(w.gate_up.narrow(0, F, F), half)};
-    p.attention.parts[0] = leading_rows(w.down, static_cast<int64_t>(scale * down_bytes));
-    if (i + 1 < layers.size())
-      p.gate_up.parts = {layers[i + 1].qkv, layers[i + 1].o_proj};
-    else
-      p.gate_up.parts[0] = leading_rows(weights.lm_head(), static_cast<int64_t>(budget / 2));
-    prefetch_.push_back(p);
-  }
 }
 
 int64_t DecoderStep::workspace_bytes() const { return ws_->arena.capacity(); }
@@ -227,24 +185,18 @@ Tensor DecoderStep::forward(
     emit_layer(i, "input", x);
     emit_layer(i, "attn.norm", h);
     const LayerKv& cache = kv[static_cast<size_t>(i)];
-    const LayerPrefetch* prefetch =
-        fused && !prefetch_.empty() ? &prefetch_[static_cast<size_t>(i)] : nullptr;
     if (fused && !c.qk_norm) {
       // One GEMV: the norm in its prologue; RoPE on q and k and k, v into the cache in its
       // epilogue (the bits of the separate path below).
       ops::GemvFusion qkv_rope = norm_of(w.input_norm);
-      if (prefetch) qkv_rope.prefetch = prefetch->qkv;
       qkv_rope.epilogue = ops::GemvEpilogue::rope_kv_write;
       qkv_rope.rope = {positions, weights_.inv_freq(), slots, q, k, cache.k, cache.v};
       ops::gemv_out(x, w.qkv, w.qkv_bias, Tensor(), qkv_rope);
     } else {
-      if (fused) {
-        ops::GemvFusion qkv_norm = norm_of(w.input_norm);
-        if (prefetch) qkv_norm.prefetch = prefetch->qkv;
-        ops::gemv_out(x, w.qkv, w.qkv_bias, qkv, qkv_norm);
-      } else {
+      if (fused)
+        ops::gemv_out(x, w.qkv, w.qkv_bias, qkv, norm_of(w.input_norm));
+      else
         project(h, w.qkv, w.qkv_bias, qkv);
-      }
       // RoPE on q and k at each row's position (each row is its own T = 1), and k, v into
       // the cache at the slots, in one pass; qwen3 normalizes q and k over D first.
       if (c.qk_norm) {
@@ -265,13 +217,11 @@ Tensor DecoderStep::forward(
     emit_layer(i, "attn.v", v_part);
     ops::paged_attention(q, cache.k, cache.v, rows(batch.query_starts, B + 1),
                          rows(batch.seq_lens, B), rows(batch.block_tables, B), scale, max_seq_len,
-                         attn, ws.attention_scratch, ops::PagedHistory::earlier_steps,
-                         prefetch ? prefetch->attention : ops::L2Prefetch{});
+                         attn, ws.attention_scratch, ops::PagedHistory::earlier_steps);
     if (fused) {
       ops::gemv_out(attn.view({N, qd}), w.o_proj, Tensor(), x, add_to_x);
       ops::GemvFusion gate_up = norm_of(w.post_norm);
       gate_up.epilogue = ops::GemvEpilogue::swiglu;
-      if (prefetch) gate_up.prefetch = prefetch->gate_up;
       ops::gemv_out(x, w.gate_up, Tensor(), act, gate_up);
       ops::gemv_out(act, w.down, Tensor(), x, add_to_x);
       continue;

@@ -314,21 +314,18 @@ TEST(CudaPagedAttention, EarlyHistoryLoadsGiveTheBitsOfThePlainWait) {
         const Tensor positions = Tensor::from_vector(
             position_values, {static_cast<int64_t>(position_values.size())}, DType::I32, kGpu);
         const Tensor workspace = workspace_for(step, 300, kGpu);
-        // The early run also asks the L2 for the other pair's caches (a hint: no bits change).
-        const auto run = [&](CachePair& c, ops::PagedHistory history,
-                             const ops::L2Prefetch& prefetch) {
+        const auto run = [&](CachePair& c, ops::PagedHistory history) {
           Tensor q = Tensor::empty(step.q.shape(), dtype, kGpu);  // (N, H, D)
           Tensor k = Tensor::empty(step.k.shape(), dtype, kGpu);  // (N, Hkv, D)
           Tensor out = Tensor::full(step.q.shape(), 3.0, dtype, kGpu);
           ops::rope_kv_write(step.q, step.k, step.v, positions, inv_freq, step.slot_mapping, q, k,
                              c.gpu_k, c.gpu_v);
           ops::paged_attention(q, c.gpu_k, c.gpu_v, step.query_starts, step.seq_lens,
-                               step.block_tables, NAN, 300, out, workspace, history, prefetch);
+                               step.block_tables, NAN, 300, out, workspace, history);
           return out;
         };
-        const Tensor got = run(early, ops::PagedHistory::earlier_steps,
-                               ops::L2Prefetch{{plain.gpu_k, plain.gpu_v.view({-1}).narrow(0, 1, 99)}});
-        const Tensor want = run(plain, ops::PagedHistory::unknown, {});
+        const Tensor got = run(early, ops::PagedHistory::earlier_steps);
+        const Tensor want = run(plain, ops::PagedHistory::unknown);
         EXPECT_TRUE(same_bytes(got, want)) << dtype << " schedule " << schedule << " step " << i;
         const std::vector<float> values = got.to_vector_f32();
         EXPECT_TRUE(

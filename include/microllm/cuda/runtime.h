@@ -73,9 +73,6 @@ class Event {
 // CUDA graph (a synchronization there would invalidate the capture).
 void synchronize(const Stream& stream);
 
-// The L2 cache size of a CUDA device in bytes.
-int64_t l2_cache_bytes(Device device);
-
 // True while `stream` is capturing a CUDA graph (also when that capture was invalidated).
 bool is_capturing(const Stream& stream);
 

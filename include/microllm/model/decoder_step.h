@@ -29,11 +29,7 @@
 // its epilogue, but for qwen3's QK-norm), attention, the O GEMV (+ x), the gate/up GEMV
 // (norm, SwiGLU) and the down GEMV (+ x), with the bits of the unfused operators an
 // observer sees. MICROLLM_DECODE_FUSION=0 (read at construction) keeps the unfused
-// operators, for measurements. The fused layer's kernels also ask the L2 cache for the
-// weights of the kernels after them (ops::L2Prefetch): the QKV GEMV for the gate/up weight,
-// attention for the down weight, the gate/up GEMV for the next layer's QKV and O weights (the
-// LM head's first rows after the last layer), within a share of the L2 (MICROLLM_L2_PREFETCH:
-// the share, 0 for none; read at construction). A hint: the bits are the same.
+// operators, for measurements.
 #pragma once
 
 #include <functional>
@@ -42,7 +38,6 @@
 
 #include "microllm/model/step_batch.h"
 #include "microllm/model/weights.h"
-#include "microllm/ops/l2_prefetch.h"
 
 namespace microllm::model {
 
@@ -71,13 +66,6 @@ class DecoderStep {
   const ModelWeights& weights_;
   StepLimits limits_;
   bool fuse_decode_;  // the fused decode layer (MICROLLM_DECODE_FUSION=0 turns it off)
-  // What each kernel of a fused decode layer asks the L2 to fetch for the kernels after it.
-  struct LayerPrefetch {
-    ops::L2Prefetch qkv;        // during the QKV GEMV: the gate/up weight (both halves' first rows)
-    ops::L2Prefetch attention;  // during attention: the down weight's first rows
-    ops::L2Prefetch gate_up;    // during the gate/up GEMV: the next layer's QKV and O weights
-  };
-  std::vector<LayerPrefetch> prefetch_;  // per layer; empty: no L2 prefetch
   struct Workspace;
   std::shared_ptr<Workspace> ws_;
 };

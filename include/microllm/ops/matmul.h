@@ -6,7 +6,6 @@
 #pragma once
 
 #include "microllm/core/tensor.h"
-#include "microllm/ops/l2_prefetch.h"
 
 namespace microllm::ops {
 
@@ -72,7 +71,6 @@ struct GemvFusion {
   Tensor residual;
   GemvRopeKvWrite rope;  // GemvEpilogue::rope_kv_write only
   int64_t kernel_rows = 0;
-  L2Prefetch prefetch;  // CUDA: bytes for the L2 to fetch while the kernel runs (a hint)
 };
 void gemv_out(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
               const GemvFusion& fusion);

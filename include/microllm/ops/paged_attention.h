@@ -23,7 +23,6 @@
 #include <cstdint>
 
 #include "microllm/core/tensor.h"
-#include "microllm/ops/l2_prefetch.h"
 
 namespace microllm::ops {
 
@@ -53,12 +52,10 @@ enum class PagedHistory {
 //   its first use (its tail holds the split blocks' counters; every call leaves them zero).
 //   All on one device.
 // history: see PagedHistory (only `unknown` is safe when one kernel wrote the whole cache).
-// prefetch: on CUDA, bytes for the L2 to fetch while the kernel runs (l2_prefetch.h).
 void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      const Tensor& query_starts, const Tensor& seq_lens, const Tensor& block_tables,
                      double scale, int64_t max_seq_len, const Tensor& out, const Tensor& workspace,
-                     PagedHistory history = PagedHistory::unknown,
-                     const L2Prefetch& prefetch = {});
+                     PagedHistory history = PagedHistory::unknown);
 
 // Bytes of F32 workspace that every paged_attention call with at most max_tokens rows and a
 // max_seq_len of at most `max_seq_len` needs (the same on every device): the split-K partial

@@ -6,7 +6,6 @@
 #include "matmul_kernels.h"
 #include "microllm/ops/elementwise.h"
 #include "microllm/ops/kv_write.h"
-#include "microllm/ops/l2_prefetch.h"
 #include "microllm/ops/matmul.h"
 #include "microllm/ops/rms_norm.h"
 
@@ -130,7 +129,6 @@ void gemv_out(const Tensor& x, const Tensor& weight, const Tensor& bias, const T
                    kGemvNormMaxBytes, " bytes of them and ", kGemvNormMaxGroups,
                    " 16-byte groups per row, found x ", x.describe());
   }
-  detail::check_l2_prefetch(op, fusion.prefetch, x.device());
   const Tensor& residual = fusion.residual;
   if (rope) {
     MICROLLM_CHECK(!out.defined(), op,

@@ -102,7 +102,6 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvParams<T> p) {
   // The first pass of W is loaded before the wait for the previous kernel (W is a weight,
   // which no kernel of the step writes): with programmatic launch it streams in while that
   // kernel finishes.
-  prefetch_into_l2(p.prefetch);
   const int64_t first_n = static_cast<int64_t>(blockIdx.x) * rows_per_block + warp / splits;
   if (first_n < N) {
     point_at(first_n);
@@ -268,7 +267,6 @@ void gemv_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const 
     const int64_t product_rows = epi == kRope ? 2 * N : N;
     p.splits =
         tensor_cores ? tensor_core_splits(product_rows, groups) : splits_for(product_rows, groups);
-    p.prefetch = l2_ranges(fusion.prefetch);
     p.norm_threads = norm ? static_cast<int>(rms_norm_forward_threads(groups)) : 0;
     if (epi == kRope)
       p.rope = RopeTargets<T>{ptr<const int32_t>(rope.positions),

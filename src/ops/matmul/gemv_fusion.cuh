@@ -11,7 +11,6 @@
 #include <tuple>
 
 #include "../cuda_common.cuh"
-#include "../l2_prefetch.cuh"
 #include "../rope/rope_rotate.cuh"
 
 namespace microllm::ops::gemv_detail {
@@ -53,7 +52,6 @@ struct GemvParams {
   int M, N, K, splits;  // N: output rows (pairs with swiglu and rope)
   int norm_threads;     // rms_norm_forward_threads(K / kVec<T>): the block the norm would run
   RopeTargets<T> rope;
-  L2Ranges prefetch;  // weights of later kernels, requested at the kernel's start
 };
 
 // The weight row of part q (0, or 1 for the second row of a swiglu or rope pair) of output

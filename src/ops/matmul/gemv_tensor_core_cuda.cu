@@ -91,7 +91,6 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
     }
   };
   // The first pass of W streams in before the wait for the kernel that wrote x.
-  prefetch_into_l2(p.prefetch);
   const int64_t first_tile = static_cast<int64_t>(blockIdx.x) * tiles_per_block + warp / splits;
   if (first_tile < tiles) {
     point_at(first_tile);

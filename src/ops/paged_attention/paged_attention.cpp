@@ -69,7 +69,7 @@ int64_t paged_attention_workspace_bytes(int64_t max_tokens, int64_t H, int64_t H
 void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      const Tensor& query_starts, const Tensor& seq_lens, const Tensor& block_tables,
                      double scale, int64_t max_seq_len, const Tensor& out, const Tensor& workspace,
-                     PagedHistory history, const L2Prefetch& prefetch) {
+                     PagedHistory history) {
   detail::check_kv_cache(kOp, k_cache, v_cache);
   const Device device = k_cache.device();
   const int64_t NB = k_cache.size(0), BS = k_cache.size(1), Hkv = k_cache.size(2),
@@ -110,8 +110,6 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
   p.q_row_stride = detail::dense_row_stride(kOp, q, "q");
   p.out_row_stride = detail::dense_row_stride(kOp, out, "out");
   p.early_history = history == PagedHistory::earlier_steps;
-  detail::check_l2_prefetch(kOp, prefetch, device);
-  p.prefetch = prefetch;
   if (p.workspace_floats > 0) {
     const int64_t need = p.workspace_floats * static_cast<int64_t>(sizeof(float));
     MICROLLM_CHECK(workspace.defined(), kOp, "this step needs a workspace of ", need,

@@ -25,7 +25,6 @@
 #include <type_traits>
 
 #include "../cuda_common.cuh"
-#include "../l2_prefetch.cuh"
 #include "paged_attention_kernels.h"
 
 namespace microllm::ops {
@@ -46,7 +45,6 @@ struct Dims {
   int64_t q_row_stride, out_row_stride;
   float scale;
   bool split, early_history;
-  L2Ranges prefetch;  // weights of later kernels, requested at the kernel's start
 };
 
 // The sequence of row n, how many keys it sees (0 for padding rows: output zeros) and the
@@ -229,7 +227,6 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int h = kv * s.group + (blockIdx.y % s.head_blocks) * kWarps + warp;
   const bool active = h < (kv + 1) * s.group;  // a group's last block may have fewer heads
-  prefetch_into_l2(s.prefetch);
   // With early history the step's metadata (copied in before the step's first kernel) and
   // the history keys of the block's first tile are read before the wait for the kernel that
   // wrote q and the new keys: the chain of dependent loads (query_starts, seq_lens, block
@@ -330,8 +327,7 @@ Dims dims_of(const PagedAttentionPlan& p) {
               p.out_row_stride,
               static_cast<float>(p.scale),
               p.split,
-              p.early_history,
-              l2_ranges(p.prefetch)};
+              p.early_history};
 }
 
 // Calls fn(std::integral_constant<int, D>{}) for the head dims the kernels are built for.

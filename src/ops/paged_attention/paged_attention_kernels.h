@@ -16,7 +16,6 @@
 #include <cstdint>
 
 #include "microllm/core/tensor.h"
-#include "microllm/ops/l2_prefetch.h"
 
 namespace microllm::ops {
 
@@ -47,7 +46,6 @@ struct PagedAttentionPlan {
   int64_t num_splits;        // split mode: partial blocks per (row, head block), ≤ num_chunks
   int64_t workspace_floats;  // F32 workspace this call needs (0 unless split), counters included
   bool early_history;        // PagedHistory::earlier_steps: old keys load before the wait (CUDA)
-  L2Prefetch prefetch;       // CUDA: bytes for the L2 to fetch while the kernel runs (a hint)
 };
 
 // The plan of a call with these sizes (shared by paged_attention and

@@ -212,45 +212,6 @@ TEST(CudaGemv, FusedNormAndResidualGiveTheBitsOfTheSeparateOperators) {
       }
 }
 
-// An L2 prefetch is a hint: both kernels give the same bits with and without one, whether
-// its parts are larger than the grid's threads ask for in one round (16 MB for a 5-block
-// grid), start off a 16-byte boundary or end off one.
-TEST(CudaGemv, L2PrefetchChangesNoBits) {
-  MICROLLM_REQUIRE_CUDA();
-  const Tensor big = Tensor::full({4 << 20}, 1.0, DType::F32, kGpu);  // 16 MB
-  const Tensor odd = big.narrow(0, 3, 1001);                             // 12 bytes in, 4,004 long
-  for (DType dtype : {DType::F32, DType::BF16})
-    for (const Case& c : {Case{37, 64, true, false}, Case{4864, 896, false, true}})
-      for (int64_t M : {1, 8}) {
-        const int64_t rows = c.swiglu ? 2 * c.N : c.N;
-        const Tensor x = host_randn({M, c.K}, 31 + static_cast<uint64_t>(M), dtype).to(kGpu);
-        const Tensor w = host_randn({rows, c.K}, 32, dtype).to(kGpu);
-        const Tensor b = c.bias ? host_randn({c.N}, 33, dtype).to(kGpu) : Tensor();
-        ops::GemvFusion f;
-        f.epilogue = c.swiglu ? ops::GemvEpilogue::swiglu : ops::GemvEpilogue::none;
-        Tensor want = Tensor::full({M, c.N}, 7.0, dtype, kGpu);
-        ops::gemv_out(x, w, b, want, f);
-        f.prefetch.parts = {big, odd};
-        Tensor got = Tensor::full({M, c.N}, 9.0, dtype, kGpu);
-        ops::gemv_out(x, w, b, got, f);
-        EXPECT_TRUE(same_bits(got, want))
-            << dtype_name(dtype) << " N " << c.N << " K " << c.K << " M " << M;
-      }
-  // A part must be a dense tensor on x's device.
-  const Tensor x = host_randn({1, 64}, 34, DType::F32).to(kGpu);
-  const Tensor w = host_randn({37, 64}, 35, DType::F32).to(kGpu);
-  ops::GemvFusion strided;
-  strided.prefetch.parts[1] = w.transpose(0, 1);
-  EXPECT_TRUE(throws_error(
-      [&] { ops::gemv_out(x, w, {}, Tensor::empty({1, 37}, DType::F32, kGpu), strided); },
-      "gemv_out", {"L2 prefetch part must be a dense tensor", "found"}));
-  ops::GemvFusion on_host;
-  on_host.prefetch.parts[0] = Tensor::full({16}, 1.0, DType::F32, Device::cpu());
-  EXPECT_TRUE(throws_error(
-      [&] { ops::gemv_out(x, w, {}, Tensor::empty({1, 37}, DType::F32, kGpu), on_host); },
-      "gemv_out", {"L2 prefetch part must be a dense tensor on cuda"}));
-}
-
 // The QKV GEMV with the rope_kv_write epilogue writes q_out, k_out and both caches with the
 // bits of gemv_out into a (M, H·D + 2·Hkv·D) buffer followed by rope_kv_write on its views.
 TEST(CudaGemv, RopeKvWriteEpilogueGivesTheBitsOfTheSeparateOperators) {
