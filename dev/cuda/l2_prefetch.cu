@@ -133,8 +133,10 @@ int main(int argc, char** argv) {
       read_w();
     };
     std::printf("spin 10 us, prefetch %-5s      alone %8.2f us, + read %8.2f us\n",
-                mode == 0 ? "none" : mode == 1 ? "bulk" : "line", measure(nothing, spin),
-                measure(nothing, spin_read));
+                mode == 0   ? "none"
+                : mode == 1 ? "bulk"
+                            : "line",
+                measure(nothing, spin), measure(nothing, spin_read));
   }
   CUDA_CHECK(cudaFree(w));
   CUDA_CHECK(cudaFree(flush));

@@ -244,16 +244,16 @@ __global__ void __launch_bounds__(kThreads)
   const int t0 = s.split ? static_cast<int>(blockIdx.z) * kChunk : 0;
   const int first_keys = min(kKeyTile, place.visible - t0);
   const bool preload = s.early_history && first_keys > 0;
+  // History rows [0, old) of the first tile before the wait, the step's new keys after it.
+  const int old = preload ? max(0, min(first_keys, place.fresh - t0)) : 0;
   if (preload) {
-    // History rows [0, old) of the tile before the wait, the step's new keys after it.
-    const int old = max(0, min(first_keys, place.fresh - t0));
     load_tile<CacheT, kD>(s, k_cache, table_row, kv, t0, first_keys, k_tile, 0, old);
     load_tile<CacheT, kD>(s, v_cache, table_row, kv, t0, first_keys, v_tile, 0, old);
-    enter_dependent_grid();
+  }
+  if (s.early_history) enter_dependent_grid();
+  if (preload) {
     load_tile<CacheT, kD>(s, k_cache, table_row, kv, t0, first_keys, k_tile, old);
     load_tile<CacheT, kD>(s, v_cache, table_row, kv, t0, first_keys, v_tile, old);
-  } else if (s.early_history) {
-    enter_dependent_grid();
   }
   if (active)
     for (int d = lane; d < kD; d += kWarp)
