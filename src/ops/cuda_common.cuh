@@ -32,6 +32,7 @@ using microllm::cuda::warp_max;
 using microllm::cuda::warp_sum;
 
 using microllm::cuda::dispatch_cuda_float;
+using microllm::cuda::dispatch_cuda_index;
 
 inline cudaStream_t stream_of(const Tensor& t) {
   return microllm::cuda::current_stream_handle(t.device());

@@ -87,21 +87,6 @@ int block_threads_for_row(int64_t units) {
   return threads;
 }
 
-// Calls fn(I{}) with I = int64_t or int32_t, the element type of the targets.
-template <class Fn>
-void dispatch_index(const Tensor& targets, Fn&& fn) {
-  switch (targets.dtype()) {
-    case DType::I64:
-      fn(int64_t{});
-      return;
-    case DType::I32:
-      fn(int32_t{});
-      return;
-    default:
-      MICROLLM_FAIL("cross_entropy", "targets must be i32 or i64, found ", targets.describe());
-  }
-}
-
 void check_operands(const Tensor& logits, const Tensor& targets, const Tensor& lse) {
   MICROLLM_CHECK(
       logits.dim() == 2 && logits.is_contiguous() && targets.is_contiguous() &&
@@ -129,7 +114,7 @@ void cross_entropy_forward_cuda(const Tensor& logits, const Tensor& targets, int
       using T = decltype(tag);
       const bool vec = V % kVec<T> == 0 && aligned16({logits.raw_data()});
       const int threads = block_threads_for_row(vec ? V / kVec<T> : V);
-      dispatch_index(targets, [&](auto index_tag) {
+      dispatch_cuda_index(targets, "cross_entropy", "targets", [&](auto index_tag) {
         using I = decltype(index_tag);
         cross_entropy_rows_kernel<T, I><<<grid_for(N, 1), threads, 0, stream>>>(
             ptr<const T>(logits), ptr<const I>(targets), N, V, ignore_index, vec, ptr<float>(lse),
@@ -161,7 +146,7 @@ void cross_entropy_backward_cuda(const Tensor& logits, const Tensor& targets, co
     using T = decltype(tag);
     const bool vec = V % kVec<T> == 0 && aligned16({logits.raw_data(), dlogits.raw_data()});
     const int threads = block_threads_for_row(vec ? V / kVec<T> : V);
-    dispatch_index(targets, [&](auto index_tag) {
+    dispatch_cuda_index(targets, "cross_entropy", "targets", [&](auto index_tag) {
       using I = decltype(index_tag);
       cross_entropy_backward_kernel<T, I><<<grid_for(N, 1), threads, 0, stream_of(dlogits)>>>(
           ptr<const T>(logits), ptr<const I>(targets), ptr<const float>(lse),

@@ -18,21 +18,6 @@ using namespace cuda_detail;
 constexpr int kThreads = 256;  // per block; a multiple of 32 (the backward uses warp ballots)
 constexpr int kWarps = kThreads / kWarp;
 
-// Calls fn(I{}) with I = int32_t or int64_t, the element type of an index tensor.
-template <class Fn>
-void dispatch_index(const Tensor& index, Fn&& fn) {
-  switch (index.dtype()) {
-    case DType::I32:
-      fn(int32_t{});
-      return;
-    case DType::I64:
-      fn(int64_t{});
-      return;
-    default:
-      MICROLLM_FAIL("index_select", "index must be i32 or i64, found ", index.describe());
-  }
-}
-
 // Copies rows as `Word`s, the widest of 16/8/4/2/1 bytes that divides the row size and the
 // alignment of both buffers: the copy is bandwidth-bound and 16-byte accesses move the most
 // bytes per instruction. Grid-stride over (outer, K, row_words).
@@ -119,7 +104,7 @@ void index_select_forward_cuda(const Tensor& x, const Tensor& index, int64_t out
   const int64_t K = index.numel();
   const size_t row_bytes = static_cast<size_t>(inner) * dtype_size(x.dtype());
   if (outer * K * inner == 0) return;
-  dispatch_index(index, [&](auto tag) {
+  dispatch_cuda_index(index, "index_select", "index", [&](auto tag) {
     using Index = decltype(tag);
     const Index* idx = ptr<const Index>(index);
     const auto fits = [&](size_t word) {
@@ -157,7 +142,7 @@ void index_select_backward_cuda(const Tensor& dout, const Tensor& index, int64_t
                  "too many columns for the CUDA grid: ", dout.describe());
   dispatch_cuda_float(dout.dtype(), "index_select", [&](auto tag) {
     using T = decltype(tag);
-    dispatch_index(index, [&](auto index_tag) {
+    dispatch_cuda_index(index, "index_select", "index", [&](auto index_tag) {
       using Index = decltype(index_tag);
       scatter_add_rows_kernel<T, Index>
           <<<static_cast<unsigned>(parts * column_blocks), kThreads, 0, stream_of(dx)>>>(

@@ -50,13 +50,16 @@ void check_rope_args(const char* op, const Tensor& x, const Tensor& positions,
                  positions.describe());
 }
 
+// True when x's rows of D are contiguous (the layout the kernels take with any outer strides).
+bool contiguous_rows(const Tensor& x) { return x.stride(3) == 1 || x.size(3) <= 1; }
+
 // x as the kernels read it: as it is when its rows of D are contiguous and its dtype is one
 // the device's kernels compute in (a transposed (B, T, H, D) projection is not copied), else
 // the dense compute operand.
 Tensor rows_operand(const Tensor& x) {
   const bool kernel_dtype =
       x.is_cuda() ? x.dtype() != DType::F64 : detail::cpu_compute_dtype(x.dtype()) == x.dtype();
-  if (kernel_dtype && (x.stride(3) == 1 || x.size(3) <= 1)) return x;
+  if (kernel_dtype && contiguous_rows(x)) return x;
   return detail::compute_operand(x);
 }
 
@@ -82,7 +85,7 @@ void rope_out(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, 
   const char* op = "rope_out";
   check_rope_args(op, x, positions, inv_freq);
   detail::check_out_dtype(op, x, "x");
-  MICROLLM_CHECK(x.stride(3) == 1 || x.size(3) <= 1, op,
+  MICROLLM_CHECK(contiguous_rows(x), op,
                  "x must have unit stride along D (rows of D contiguous), found ", x.describe(),
                  " with strides (", x.stride(0), ", ", x.stride(1), ", ", x.stride(2), ", ",
                  x.stride(3), ")");
