@@ -29,10 +29,27 @@ class AccumulateGrad final : public Node {
     const Tensor& incoming = grad_outputs[0];
     if (!incoming.defined()) return {};
     Tensor& grad = leaf_->autograd.grad;
+    Tensor& buffer = leaf_->autograd.grad_buffer;
     NoGradGuard no_grad;
-    // The first gradient is copied so later in-place updates of .grad never alias a value
-    // another part of the graph still holds.
-    grad = grad.defined() ? ops::add(grad, incoming) : incoming.clone();
+    // The first gradient is copied (into the leaf's buffer when it has one) so later in-place
+    // updates of .grad never alias a value another part of the graph still holds. A gradient
+    // kept in the buffer grows in place; elsewhere (a tensor set by set_grad) by a new sum.
+    if (!grad.defined() && buffer.defined()) {
+      buffer.copy_from(incoming);
+      grad = buffer;
+    } else if (!grad.defined()) {
+      grad = incoming.clone();
+    } else if (grad.same(buffer)) {
+      // add's kernel in place; the CPU runs bf16/f16 sums only through add (widened to F32).
+      const bool narrow_on_cpu =
+          grad.is_cpu() && (grad.dtype() == DType::BF16 || grad.dtype() == DType::F16);
+      if (narrow_on_cpu)
+        grad.copy_from(ops::add(grad, incoming));
+      else
+        ops::add_out(grad, incoming, grad);
+    } else {
+      grad = ops::add(grad, incoming);
+    }
     // The engine runs this node once per backward pass, after every gradient for the leaf
     // has been summed, so .grad is final here. Hooks are copied: one may remove itself.
     const auto hooks = leaf_->autograd.post_accumulate_grad_hooks;

@@ -287,6 +287,18 @@ void Tensor::zero_grad() {
   check_defined("Tensor::zero_grad");
   impl_->autograd.grad = Tensor();
 }
+void Tensor::set_grad_buffer(const Tensor& buffer) {
+  check_defined("Tensor::set_grad_buffer");
+  MICROLLM_CHECK(!buffer.defined() || (buffer.shape() == shape() && buffer.dtype() == dtype() &&
+                                       buffer.device() == device()),
+                 "Tensor::set_grad_buffer", "gradient buffer ", buffer.describe(),
+                 " does not match tensor ", describe(), " (shape, dtype and device must agree)");
+  impl_->autograd.grad_buffer = buffer;
+}
+Tensor Tensor::grad_buffer() const {
+  check_defined("Tensor::grad_buffer");
+  return impl_->autograd.grad_buffer;
+}
 
 const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
   check_defined("Tensor::grad_fn");

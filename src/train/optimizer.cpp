@@ -4,7 +4,9 @@
 // kernel with the same arithmetic and bits.
 #include "microllm/train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numbers>
 
 #include "microllm/autograd/node.h"
@@ -23,15 +25,78 @@ std::vector<OptimizerParam> optimizer_params(const std::map<std::string, Tensor>
 Optimizer::Optimizer(const std::map<std::string, Tensor>& params)
     : Optimizer(optimizer_params(params)) {}
 
-Optimizer::Optimizer(const std::vector<OptimizerParam>& params) {
+namespace {
+// (shape) a dense view of `buffer` (a flat (P) tensor) from element `offset`.
+Tensor flat_view(const Tensor& buffer, int64_t offset, const Shape& shape) {
+  return Tensor::from_storage(buffer.storage(), shape, contiguous_strides(shape),
+                              buffer.offset() + offset, buffer.dtype());
+}
+
+// Where `param` starts in `flat`, checking that it is a dense view inside it.
+int64_t offset_in(const Tensor& flat, const Tensor& param, const std::string& name) {
+  const int64_t offset = param.offset() - flat.offset();
+  MICROLLM_CHECK(param.storage() == flat.storage() && param.dtype() == flat.dtype() &&
+                     param.is_contiguous() && offset >= 0 && offset + param.numel() <= flat.numel(),
+                 "optimizer", "parameter ", name, " (", param.describe(),
+                 ") is not a dense view of the flat parameter buffer ", flat.describe());
+  return offset;
+}
+}  // namespace
+
+Optimizer::Optimizer(const std::vector<OptimizerParam>& params, const Tensor& flat) {
+  Tensor flat_master;  // (P) F32: the flat buffer itself when it is F32
+  if (flat.defined()) {
+    MICROLLM_CHECK(
+        flat.dim() == 1 && flat.is_contiguous() && is_floating(flat.dtype()), "optimizer",
+        "the flat parameter buffer must be a dense floating (P) tensor, found ", flat.describe());
+    const int64_t P = flat.numel();
+    flat_master =
+        flat.dtype() == DType::F32 ? flat.detach() : Tensor::zeros({P}, DType::F32, flat.device());
+    flat_grad_ = Tensor::zeros({P}, flat.dtype(), flat.device());
+  }
   for (const OptimizerParam& op : params) {
-    const Tensor& p = op.param;  // (any shape) the parameter or a flat (N) slice of one
+    Tensor p = op.param;  // (any shape) the parameter or a flat (N) slice of one
     MICROLLM_CHECK(is_floating(p.dtype()), "optimizer", "parameter ", op.name,
                    " is not floating: ", p.describe());
-    // (shape of p) F32
-    Tensor master = p.dtype() == DType::F32 ? p.detach() : p.detach().to(DType::F32).clone();
-    slots_.push_back({op.name, p, master, op.decay});
+    if (!flat.defined()) {
+      // (shape of p) F32
+      Tensor master = p.dtype() == DType::F32 ? p.detach() : p.detach().to(DType::F32).clone();
+      slots_.push_back({op.name, p, master, op.decay});
+      continue;
+    }
+    const int64_t offset = offset_in(flat, p, op.name);
+    Tensor master =
+        p.dtype() == DType::F32 ? p.detach() : flat_view(flat_master, offset, p.shape());
+    if (!master.same(p)) master.copy_from(p);
+    p.set_grad_buffer(flat_view(flat_grad_, offset, p.shape()));
+    slots_.push_back({op.name, p, master, op.decay, offset});
   }
+}
+
+std::vector<Tensor> Optimizer::make_state() const {
+  std::vector<Tensor> out;
+  Tensor buffer;  // (P) F32, flat optimizers
+  if (flat()) buffer = Tensor::zeros({flat_grad_.numel()}, DType::F32, flat_grad_.device());
+  for (const Slot& s : slots_)
+    out.push_back(flat() ? flat_view(buffer, s.offset, s.master.shape())
+                         : Tensor::zeros(s.master.shape(), DType::F32, s.master.device()));
+  return out;
+}
+
+double Optimizer::gradient_norm() const {
+  autograd::NoGradGuard no_grad;
+  std::vector<Tensor> grads;
+  bool all_in_buffer = flat();
+  for (const Slot& s : slots_) {
+    const Tensor g = s.param.grad();  // (shape of the parameter), its dtype
+    if (!g.defined() || !g.same(s.param.grad_buffer())) all_in_buffer = false;
+    if (g.defined()) grads.push_back(g.contiguous());
+  }
+  if (grads.empty()) return 0.0;
+  // Outside the views the flat buffer holds zeros; a view whose parameter got no gradient
+  // this pass could hold an older one, hence the fallback to the list.
+  if (all_in_buffer) grads = {flat_grad_};
+  return std::sqrt(ops::sum_of_squares(grads).item());
 }
 
 void Optimizer::zero_grad() {
@@ -96,16 +161,14 @@ AdamW::AdamW(const std::map<std::string, Tensor>& params, AdamWOptions options)
   init_state();
 }
 
-AdamW::AdamW(const std::vector<OptimizerParam>& params, AdamWOptions options)
-    : Optimizer(params), options_(options) {
+AdamW::AdamW(const std::vector<OptimizerParam>& params, AdamWOptions options, const Tensor& flat)
+    : Optimizer(params, flat), options_(options) {
   init_state();
 }
 
 void AdamW::init_state() {
-  for (const Slot& s : slots_) {
-    exp_avg_.push_back(Tensor::zeros(s.master.shape(), DType::F32, s.master.device()));
-    exp_avg_sq_.push_back(Tensor::zeros(s.master.shape(), DType::F32, s.master.device()));
-  }
+  exp_avg_ = make_state();
+  exp_avg_sq_ = make_state();
 }
 
 void AdamW::step(double lr) {
@@ -124,7 +187,7 @@ void AdamW::step(double lr) {
       tensors.push_back(
           {s.param.detach(), grad.contiguous(), s.master, exp_avg_[i], exp_avg_sq_[i], s.decay});
     }
-    ops::adamw_step(tensors,
+    ops::adamw_step(coalesce_adamw(std::move(tensors)),
                     {lr, b1, b2, options_.eps, options_.weight_decay, bias1, bias2, grad_scale});
     return;
   }
@@ -173,15 +236,12 @@ Sgd::Sgd(const std::map<std::string, Tensor>& params, SgdOptions options)
   init_state();
 }
 
-Sgd::Sgd(const std::vector<OptimizerParam>& params, SgdOptions options)
-    : Optimizer(params), options_(options) {
+Sgd::Sgd(const std::vector<OptimizerParam>& params, SgdOptions options, const Tensor& flat)
+    : Optimizer(params, flat), options_(options) {
   init_state();
 }
 
-void Sgd::init_state() {
-  for (const Slot& s : slots_)
-    velocity_.push_back(Tensor::zeros(s.master.shape(), DType::F32, s.master.device()));
-}
+void Sgd::init_state() { velocity_ = make_state(); }
 
 void Sgd::step(double lr) {
   autograd::NoGradGuard no_grad;
@@ -216,9 +276,10 @@ void Sgd::load_state(const std::map<std::string, Tensor>& tensors, int64_t steps
 
 std::unique_ptr<Optimizer> make_optimizer(const std::string& kind,
                                           const std::vector<OptimizerParam>& params,
-                                          const AdamWOptions& adamw, const SgdOptions& sgd) {
-  if (kind == "adamw") return std::make_unique<AdamW>(params, adamw);
-  if (kind == "sgd") return std::make_unique<Sgd>(params, sgd);
+                                          const AdamWOptions& adamw, const SgdOptions& sgd,
+                                          const Tensor& flat) {
+  if (kind == "adamw") return std::make_unique<AdamW>(params, adamw, flat);
+  if (kind == "sgd") return std::make_unique<Sgd>(params, sgd, flat);
   MICROLLM_FAIL("train", "unknown optimizer '", kind, "' (expected adamw or sgd)");
 }
 
@@ -251,6 +312,48 @@ double gradient_norm(const std::map<std::string, Tensor>& params) {
     if (p.grad().defined()) grads.push_back(p.grad().contiguous());
   if (grads.empty()) return 0.0;
   return std::sqrt(ops::sum_of_squares(grads).item());
+}
+
+namespace {
+// True when `next` is a dense tensor that starts where the dense `prev` ends in its storage.
+bool continues(const Tensor& prev, const Tensor& next) {
+  return prev.storage() == next.storage() && prev.dtype() == next.dtype() && prev.is_contiguous() &&
+         next.is_contiguous() && prev.offset() + prev.numel() == next.offset();
+}
+
+// (n + m) the flat view over a dense `first` and the `count` elements after it.
+Tensor extend(const Tensor& first, int64_t count) {
+  return Tensor::from_storage(first.storage(), {first.numel() + count}, {1}, first.offset(),
+                              first.dtype());
+}
+}  // namespace
+
+std::vector<ops::AdamWTensors> coalesce_adamw(std::vector<ops::AdamWTensors> tensors) {
+  std::stable_sort(tensors.begin(), tensors.end(),
+                   [](const ops::AdamWTensors& a, const ops::AdamWTensors& b) {
+                     const auto* sa = a.param.storage().get();
+                     const auto* sb = b.param.storage().get();
+                     return sa != sb ? std::less<>()(sa, sb) : a.param.offset() < b.param.offset();
+                   });
+  std::vector<ops::AdamWTensors> out;
+  for (ops::AdamWTensors& t : tensors) {
+    if (!out.empty()) {
+      ops::AdamWTensors& last = out.back();
+      if (last.decay == t.decay && continues(last.param, t.param) && continues(last.grad, t.grad) &&
+          continues(last.master, t.master) && continues(last.exp_avg, t.exp_avg) &&
+          continues(last.exp_avg_sq, t.exp_avg_sq)) {
+        const int64_t n = t.param.numel();
+        last.param = extend(last.param, n);
+        last.grad = extend(last.grad, n);
+        last.master = extend(last.master, n);  // the parameter's own elements when F32
+        last.exp_avg = extend(last.exp_avg, n);
+        last.exp_avg_sq = extend(last.exp_avg_sq, n);
+        continue;
+      }
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 double clip_scale(double norm, double max_norm) {

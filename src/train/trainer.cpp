@@ -62,7 +62,11 @@ Trainer::Trainer(const model::ModelConfig& config, TrainOptions options,
   fused_optimizer_ =
       o.optimizer_kernels == "fused" || (o.optimizer_kernels == "auto" && o.optimizer == "adamw" &&
                                          !o.data_parallel.zero1 && o.device.is_cuda());
-  model_ = std::make_unique<model::Transformer>(config, o.device, o.dtype, o.seed);
+  // The parameters are views of one flat buffer (the values Transformer(config, ..., seed)
+  // draws); the optimizer lays its master weights, state and gradients out the same way.
+  const model::ModelWeights weights =
+      model::ModelWeights::random(config, o.device, o.dtype, o.seed);
+  model_ = std::make_unique<model::Transformer>(model::Transformer::from_weights(weights));
   model_->set_requires_grad(true);
   model_->set_attention_backend(o.attention);
   model_->set_recompute(o.recompute);
@@ -81,7 +85,8 @@ Trainer::Trainer(const model::ModelConfig& config, TrainOptions options,
   } else {
     AdamWOptions adamw = o.adamw;
     adamw.fused = fused_optimizer_;
-    optimizer_ = make_optimizer(o.optimizer, optimizer_params(model_->parameters()), adamw, o.sgd);
+    optimizer_ = make_optimizer(o.optimizer, optimizer_params(model_->parameters()), adamw, o.sgd,
+                                weights.flat());
   }
   // Masters were copied before the broadcast; start them from rank 0's values.
   if (dp_) reset_masters_from_parameters();
@@ -175,7 +180,7 @@ StepStats Trainer::train_step(const TokenFile& data) {
     timer_.mark(Stage::CommWait);
   } else if (fused_optimizer_) {
     // The clip's scale goes into the update kernel instead of rewriting the gradients.
-    stats.grad_norm = gradient_norm(model_->parameters());
+    stats.grad_norm = optimizer_->gradient_norm();
     optimizer_->set_grad_scale(clip_scale(stats.grad_norm, o.grad_clip));
     optimizer_->step(lr);
     timer_.mark(Stage::Optimizer);

@@ -52,6 +52,34 @@ TEST(Autograd, ZeroGradDropsTheGradient) {
   EXPECT_TRUE(all_close(x.grad(), {2, 2}, 0.0));
 }
 
+TEST(Autograd, GradBufferHoldsTheGradientAndGrowsInPlace) {
+  Tensor x = leaf({1, -2, 3}, {3});
+  const Tensor buffer = f64({7, 7, 7}, {3});  // stale values: the first gradient replaces them
+  x.set_grad_buffer(buffer);
+  EXPECT_TRUE(x.grad_buffer().same(buffer));
+  ops::sum_all(ops::mul(x, x)).backward();  // 2x
+  EXPECT_TRUE(x.grad().same(buffer));
+  EXPECT_TRUE(all_close(buffer, {2, -4, 6}, 0.0));
+  ops::sum_all(ops::scale(x, 3.0)).backward();  // + 3, added in place
+  EXPECT_TRUE(x.grad().same(buffer));
+  EXPECT_TRUE(all_close(buffer, {5, -1, 9}, 0.0));
+  // zero_grad drops the gradient but keeps the buffer: the next pass starts from nothing.
+  x.zero_grad();
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_TRUE(x.grad_buffer().same(buffer));
+  ops::sum_all(ops::scale(x, 2.0)).backward();
+  EXPECT_TRUE(all_close(buffer, {2, 2, 2}, 0.0));
+  // A gradient set elsewhere grows by new sums and leaves the buffer alone.
+  x.set_grad(f64({10, 20, 30}, {3}));
+  ops::sum_all(x).backward();
+  EXPECT_TRUE(all_close(x.grad(), {11, 21, 31}, 0.0));
+  EXPECT_TRUE(all_close(buffer, {2, 2, 2}, 0.0));
+  EXPECT_THROW(x.set_grad_buffer(f64({1, 2}, {2})), Error);
+  EXPECT_THROW(x.set_grad_buffer(f64({1, 2, 3}, {3}).to(DType::F32)), Error);
+  x.set_grad_buffer(Tensor());
+  EXPECT_FALSE(x.grad_buffer().defined());
+}
+
 TEST(Autograd, NoGradGuardRecordsNothingAndNestsCorrectly) {
   Tensor x = leaf({1, 2}, {2});
   EXPECT_TRUE(autograd::grad_mode_enabled());

@@ -119,7 +119,13 @@ class Tensor {
   bool is_leaf() const;
   Tensor grad() const;  // undefined until a backward pass reaches this leaf
   void set_grad(const Tensor& grad);
-  void zero_grad();  // drops the gradient (like set_to_none in PyTorch)
+  void zero_grad();  // drops the gradient (like set_to_none in PyTorch); keeps grad_buffer
+  // Where this leaf keeps its gradient (a tensor of its shape, dtype and device, such as a
+  // view into a flat gradient buffer): backward copies a pass's first gradient into it and
+  // adds later ones in place, and .grad is then this tensor. Undefined (the default): the
+  // first gradient is a new tensor and later ones make new sums. The values are the same.
+  void set_grad_buffer(const Tensor& buffer);
+  Tensor grad_buffer() const;
   // Runs reverse mode from this tensor. `grad_output` defaults to 1 for one-element tensors.
   void backward(const Tensor& grad_output = Tensor()) const;
   // A tensor sharing storage with no autograd history.
@@ -143,6 +149,7 @@ class Tensor {
 struct AutogradMeta {
   bool requires_grad = false;
   Tensor grad;                                // accumulated gradient (leaves)
+  Tensor grad_buffer;                         // where grad is kept, or undefined (leaves)
   std::shared_ptr<autograd::Node> grad_fn;    // producer (non-leaves)
   int output_nr = 0;                          // which output of grad_fn this tensor is
   std::weak_ptr<autograd::Node> accumulator;  // the leaf's AccumulateGrad node, made lazily

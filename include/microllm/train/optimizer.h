@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "microllm/core/tensor.h"
+#include "microllm/ops/adamw.h"
 
 namespace microllm::train {
 
@@ -34,7 +35,13 @@ class Optimizer {
  public:
   // Named parameters; weight decay applies to those of rank ≥ 2.
   explicit Optimizer(const std::map<std::string, Tensor>& params);
-  explicit Optimizer(const std::vector<OptimizerParam>& params);
+  // `flat`: the (P) buffer every parameter is a dense view of (model::ModelWeights::flat()),
+  // or undefined. With it the optimizer is flat (DESIGN §5): the master weights, its state
+  // and the gradients are (P) buffers laid out as `flat`, each parameter's gradient
+  // accumulates in place into its view (Tensor::set_grad_buffer), gradient_norm() is one
+  // reduction, and the fused update runs over neighbouring tensors as one. The values are
+  // those of the per-tensor optimizer; only the gradient norm's summation order differs.
+  explicit Optimizer(const std::vector<OptimizerParam>& params, const Tensor& flat = Tensor());
   virtual ~Optimizer() = default;
 
   // One update at learning rate `lr` from the parameters' current .grad (parameters
@@ -47,6 +54,11 @@ class Optimizer {
   // Drops every parameter's gradient.
   void zero_grad();
   int64_t steps_taken() const { return steps_; }
+  bool flat() const { return flat_grad_.defined(); }
+  // The global L2 norm of the parameters' gradients through ops::sum_of_squares (one
+  // device read): over the flat gradient buffer when every gradient is in its view, else
+  // over the gradient tensors. Parameters without a gradient count as zero.
+  double gradient_norm() const;
 
   // State for checkpoints: "master.NAME" and the optimizer's own tensors ("exp_avg.NAME",
   // ...), plus the step count. load_state expects exactly what state() produced.
@@ -58,10 +70,14 @@ class Optimizer {
  protected:
   struct Slot {
     std::string name;
-    Tensor param;   // the model's parameter (any dtype, any device)
-    Tensor master;  // F32 weights; the parameter itself when it is F32
-    bool decay;     // weight decay applies (rank ≥ 2)
+    Tensor param;        // the model's parameter (any dtype, any device)
+    Tensor master;       // F32 weights; the parameter itself when it is F32
+    bool decay;          // weight decay applies (rank ≥ 2)
+    int64_t offset = 0;  // flat optimizers: elements from the flat buffer's start
   };
+  // Zeroed F32 tensors shaped as the slots' masters, for the optimizer's own state: views
+  // into one new (P) buffer when the optimizer is flat, else one tensor per slot.
+  std::vector<Tensor> make_state() const;
   // Writes the master weights back into the parameters (a cast when they differ).
   void publish(Slot& slot);
   // The pending gradient scale, reset to 1 (for step() to use once).
@@ -69,6 +85,7 @@ class Optimizer {
   // Multiplies the gradients by `scale` in place (the reference path of set_grad_scale).
   void scale_gradients(double scale);
   std::vector<Slot> slots_;
+  Tensor flat_grad_;  // (P) in the parameters' dtype, zeros outside the views; flat only
   int64_t steps_ = 0;
   double grad_scale_ = 1.0;
 };
@@ -86,7 +103,8 @@ struct AdamWOptions {
 class AdamW final : public Optimizer {
  public:
   AdamW(const std::map<std::string, Tensor>& params, AdamWOptions options);
-  AdamW(const std::vector<OptimizerParam>& params, AdamWOptions options);
+  AdamW(const std::vector<OptimizerParam>& params, AdamWOptions options,
+        const Tensor& flat = Tensor());
   void step(double lr) override;
   NamedTensors state() const override;
   void load_state(const std::map<std::string, Tensor>& tensors, int64_t steps) override;
@@ -108,7 +126,7 @@ struct SgdOptions {
 class Sgd final : public Optimizer {
  public:
   Sgd(const std::map<std::string, Tensor>& params, SgdOptions options);
-  Sgd(const std::vector<OptimizerParam>& params, SgdOptions options);
+  Sgd(const std::vector<OptimizerParam>& params, SgdOptions options, const Tensor& flat = Tensor());
   void step(double lr) override;
   NamedTensors state() const override;
   void load_state(const std::map<std::string, Tensor>& tensors, int64_t steps) override;
@@ -120,10 +138,12 @@ class Sgd final : public Optimizer {
   std::vector<Tensor> velocity_;  // F32, one per slot
 };
 
-// "adamw" or "sgd" over `params`; another name is an Error.
+// "adamw" or "sgd" over `params` (flat over `flat` when it is defined; see Optimizer);
+// another name is an Error.
 std::unique_ptr<Optimizer> make_optimizer(const std::string& kind,
                                           const std::vector<OptimizerParam>& params,
-                                          const AdamWOptions& adamw, const SgdOptions& sgd);
+                                          const AdamWOptions& adamw, const SgdOptions& sgd,
+                                          const Tensor& flat = Tensor());
 // Named parameters in map order, weight decay on those of rank ≥ 2.
 std::vector<OptimizerParam> optimizer_params(const std::map<std::string, Tensor>& params);
 
@@ -134,6 +154,11 @@ double clip_grad_norm(const std::map<std::string, Tensor>& params, double max_no
 // The global L2 norm of all gradients through ops::sum_of_squares (a few launches; one
 // device read). Close to clip_grad_norm's norm but summed in another order.
 double gradient_norm(const std::map<std::string, Tensor>& params);
+// Entries of a multi-tensor AdamW update merged where they can be one: sorted by address,
+// neighbours whose five tensors each continue the previous one's (dense, same storage,
+// adjacent) and whose decay flag agrees become one entry of flat (N) views. The update of
+// the merged list is the update of the list, element for element.
+std::vector<ops::AdamWTensors> coalesce_adamw(std::vector<ops::AdamWTensors> tensors);
 // The factor clip_grad_norm scales gradients by for a norm: max_norm / (norm + 1e-6) when
 // max_norm > 0 and norm > max_norm, else 1.
 double clip_scale(double norm, double max_norm);

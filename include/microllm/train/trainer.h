@@ -91,6 +91,8 @@ class Trainer {
   ~Trainer();
 
   model::Transformer& model() { return *model_; }
+  // Flat over the model's parameter buffer (Optimizer::flat) except under ZeRO-1.
+  const Optimizer& optimizer() const { return *optimizer_; }
   const TrainOptions& options() const { return options_; }
   int64_t step() const { return step_; }
   int rank() const { return comm_ ? comm_->rank() : 0; }

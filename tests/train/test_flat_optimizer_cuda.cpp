@@ -1,0 +1,86 @@
+// The flat optimizer on CUDA: a BF16 model whose parameters are views of one ModelWeights
+// buffer, gradients accumulated in place into the flat gradient buffer over two micro-batches,
+// the fused AdamW over coalesced views: the same gradients, parameters and state bits as the
+// per-tensor optimizer over separately allocated parameters, and a one-reduction gradient
+// norm within F32 rounding of the per-tensor one.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "cuda/cuda_test_utils.h"
+#include "microllm/core/random.h"
+#include "microllm/model/transformer.h"
+#include "microllm/model/weights.h"
+#include "microllm/ops/elementwise.h"
+#include "microllm/train/optimizer.h"
+
+using namespace microllm;
+using microllm::testing::bit_equal;
+
+namespace {
+
+model::ModelConfig small_config() {
+  return model::ModelConfig::from_json({{"model_type", "qwen2"},
+                                        {"vocab_size", 300},
+                                        {"hidden_size", 128},
+                                        {"intermediate_size", 320},
+                                        {"num_hidden_layers", 2},
+                                        {"num_attention_heads", 2},
+                                        {"num_key_value_heads", 1},
+                                        {"rms_norm_eps", 1e-6},
+                                        {"rope_theta", 10000.0},
+                                        {"tie_word_embeddings", true}},
+                                       "small");
+}
+
+Tensor random_ids(uint64_t seed, Device device) {
+  Generator gen(seed);
+  std::vector<int64_t> ids(4 * 64);  // (4, 64)
+  for (int64_t& id : ids) id = static_cast<int64_t>(gen.next_u64() % 300);
+  return Tensor::from_vector(ids, {4, 64}, DType::I64, device);
+}
+
+}  // namespace
+
+TEST(CudaFlatOptimizer, GivesTheBitsOfThePerTensorOptimizer) {
+  MICROLLM_REQUIRE_CUDA();
+  const Device gpu = Device::cuda(0);
+  const model::ModelWeights weights =
+      model::ModelWeights::random(small_config(), gpu, DType::BF16, 9);
+  const model::Transformer flat_model = model::Transformer::from_weights(weights);
+  model::Transformer plain_model(small_config(), gpu, DType::BF16, 9);
+  for (const auto& [name, p] : flat_model.parameters()) Tensor(p).set_requires_grad(true);
+  plain_model.set_requires_grad(true);
+  train::AdamWOptions options;
+  options.fused = true;
+  train::AdamW flat(train::optimizer_params(flat_model.parameters()), options, weights.flat());
+  train::AdamW plain(train::optimizer_params(plain_model.parameters()), options);
+  for (int step = 1; step <= 2; ++step) {
+    for (int micro = 0; micro < 2; ++micro) {
+      for (const model::Transformer* m : {&flat_model, &std::as_const(plain_model)}) {
+        const Tensor ids = random_ids(10 * step + micro, gpu);  // (4, 64)
+        ops::scale(model::Transformer::next_token_loss(m->forward(ids), ids), 0.5).backward();
+      }
+    }
+    for (const auto& [name, p] : flat_model.parameters()) {
+      ASSERT_TRUE(p.grad().same(p.grad_buffer())) << name;
+      ASSERT_TRUE(bit_equal(p.grad(), plain_model.parameters().at(name).grad())) << name;
+    }
+    const double norm = plain.gradient_norm();
+    EXPECT_NEAR(flat.gradient_norm(), norm, 1e-5 * norm);
+    const double scale = train::clip_scale(norm, 0.5 * norm);
+    flat.set_grad_scale(scale);
+    plain.set_grad_scale(scale);
+    flat.step(1e-3);
+    plain.step(1e-3);
+    flat.zero_grad();
+    plain.zero_grad();
+  }
+  for (const auto& [name, p] : plain_model.parameters())
+    EXPECT_TRUE(bit_equal(p, flat_model.parameters().at(name))) << name;
+  const train::NamedTensors a = plain.state(), b = flat.state();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(bit_equal(a[i].second, b[i].second)) << a[i].first;
+}
