@@ -157,6 +157,21 @@ const std::map<std::string, OpFn>& dispatch_table() {
          for (const std::string& name : c.order) parts.push_back(c.in(name));
          return one(ops::concat(parts, c.arg<int64_t>("dim")));
        }},
+      {"join",
+       [](const Call& c) {
+         std::vector<Tensor> parts;  // every input, in case.json order
+         for (const std::string& name : c.order) parts.push_back(c.in(name));
+         return one(ops::join(parts, c.arg<int64_t>("dim")));
+       }},
+      {"split",
+       [](const Call& c) {
+         const std::vector<Tensor> parts =
+             ops::split(c.in("x"), c.arg<int64_t>("dim"), c.arg<std::vector<int64_t>>("sizes"));
+         Outputs out = one(parts[0]);  // the others as part1, part2, ...
+         for (size_t i = 1; i < parts.size(); ++i)
+           out.emplace_back("part" + std::to_string(i), parts[i]);
+         return out;
+       }},
       {"index_select",
        [](const Call& c) {
          return one(ops::index_select(c.in("x"), c.arg<int64_t>("dim"), c.in("index")));

@@ -128,20 +128,23 @@ Tensor Transformer::hidden(const Tensor& ids, const Tensor& positions_in,
     };
     const std::string p = "model.layers." + std::to_string(i) + ".";
     const std::string n = "layers." + std::to_string(i) + ".";
-    auto bias = [&](const char* proj) {
-      return c.qkv_bias ? param(p + "self_attn." + proj + ".bias") : Tensor();
+    // Q, K and V as one projection: the three weights (and biases) joined into one
+    // (H·D + 2·Hkv·D, C) matrix — a view when they are the row blocks of ModelWeights' fused
+    // matrix — so forward and backward each run one GEMM, and q, k, v are views of its output.
+    auto joined = [&](const char* suffix) {
+      const std::string a = p + "self_attn.";
+      return ops::join({param(a + "q_proj." + suffix), param(a + "k_proj." + suffix),
+                        param(a + "v_proj." + suffix)},
+                       0);
     };
     show(n + "input", x);
     show(n + "attn.norm", h);
-    // (B, T, H, D)
-    Tensor q =
-        ops::linear(h, param(p + "self_attn.q_proj.weight"), bias("q_proj")).reshape({B, T, H, D});
-    // (B, T, Hkv, D)
-    Tensor k = ops::linear(h, param(p + "self_attn.k_proj.weight"), bias("k_proj"))
-                   .reshape({B, T, Hkv, D});
-    // (B, T, Hkv, D)
-    Tensor v = ops::linear(h, param(p + "self_attn.v_proj.weight"), bias("v_proj"))
-                   .reshape({B, T, Hkv, D});
+    // (B, T, H + 2·Hkv, D)
+    const Tensor qkv = ops::linear(h, joined("weight"), c.qkv_bias ? joined("bias") : Tensor())
+                           .view({B, T, H + 2 * Hkv, D});
+    // q (B, T, H, D), k and v (B, T, Hkv, D): views of qkv
+    const std::vector<Tensor> parts = ops::split(qkv, 2, {H, Hkv, Hkv});
+    Tensor q = parts[0], k = parts[1], v = parts[2];
     if (c.qk_norm) {
       q = ops::rms_norm(q, param(p + "self_attn.q_norm.weight"), eps);
       k = ops::rms_norm(k, param(p + "self_attn.k_norm.weight"), eps);
