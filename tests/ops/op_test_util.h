@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -67,6 +68,16 @@ inline ::testing::AssertionResult all_close(const std::vector<double>& got,
 inline ::testing::AssertionResult all_close(const Tensor& got, const std::vector<double>& want,
                                             double atol, double rtol = 0.0) {
   return all_close(got.to_vector_f64(), want, atol, rtol);
+}
+
+// a and b hold the same bits: dtype, shape and every byte (any devices, any strides).
+inline ::testing::AssertionResult same_bits(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.to(Device::cpu()).contiguous(), y = b.to(Device::cpu()).contiguous();
+  if (x.dtype() != y.dtype() || x.shape() != y.shape())
+    return ::testing::AssertionFailure() << x.describe() << " vs " << y.describe();
+  if (std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) != 0)
+    return ::testing::AssertionFailure() << "the bits of " << x.describe() << " differ";
+  return ::testing::AssertionSuccess();
 }
 
 // Runs `fn`, expecting a microllm::Error whose op() is `op` and whose message contains every

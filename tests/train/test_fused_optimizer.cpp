@@ -5,15 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "microllm/core/random.h"
 #include "microllm/ops/adamw.h"
 #include "microllm/train/trainer.h"
+#include "ops/op_test_util.h"
 
 using namespace microllm;
+using microllm::testing::optest::same_bits;
 namespace fs = std::filesystem;
 
 namespace {
@@ -46,12 +47,6 @@ void set_grads(std::map<std::string, Tensor>& params, uint64_t seed) {
   for (auto& [name, p] : params) p.set_grad(random(p.shape(), seed++, p.dtype(), 0.1));
 }
 
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  const Tensor x = a.contiguous(), y = b.contiguous();
-  return x.dtype() == y.dtype() && x.nbytes() == y.nbytes() &&
-         std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
-}
-
 }  // namespace
 
 TEST(FusedAdamW, GivesTheBitsOfTheReferenceOptimizer) {
@@ -76,9 +71,9 @@ TEST(FusedAdamW, GivesTheBitsOfTheReferenceOptimizer) {
     const train::NamedTensors a = reference.state(), b = fused.state();
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i)
-      EXPECT_TRUE(same_bytes(a[i].second, b[i].second)) << dtype << " " << a[i].first;
+      EXPECT_TRUE(same_bits(a[i].second, b[i].second)) << dtype << " " << a[i].first;
     for (const auto& [name, p] : ref_params)
-      EXPECT_TRUE(same_bytes(p, fused_params.at(name))) << dtype << " " << name;
+      EXPECT_TRUE(same_bits(p, fused_params.at(name))) << dtype << " " << name;
   }
 }
 
@@ -91,7 +86,7 @@ TEST(FusedAdamW, SumOfSquaresMatchesAnF64SumAndRepeats) {
   const Tensor got = ops::sum_of_squares(tensors);  // ()
   EXPECT_EQ(got.dim(), 0);
   EXPECT_NEAR(got.item(), want, 1e-5 * want);  // F32 sums over chunks of 1,024 elements
-  EXPECT_TRUE(same_bytes(got, ops::sum_of_squares(tensors)));
+  EXPECT_TRUE(same_bits(got, ops::sum_of_squares(tensors)));
   EXPECT_EQ(ops::sum_of_squares({}).item(), 0.0);
   // Through the trainer's helper: the same norm clip_grad_norm computes, to F32 rounding.
   std::map<std::string, Tensor> params = make_params(DType::F32);
@@ -206,7 +201,7 @@ TEST(Trainer, FusedOptimizerTrainsLikeTheReferenceAndResumesBitForBit) {
   second.resume(dir.string());
   while (second.step() < o.steps) second.train_step(data);
   for (const auto& [name, p] : straight.model().parameters())
-    ASSERT_TRUE(same_bytes(p, second.model().parameters().at(name))) << name;
+    ASSERT_TRUE(same_bits(p, second.model().parameters().at(name))) << name;
   fs::remove_all(dir);
 }
 

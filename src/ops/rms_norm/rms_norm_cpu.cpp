@@ -32,13 +32,14 @@ void rms_norm_forward_cpu(const Tensor& x, const Tensor& weight, double eps, con
 }
 
 void add_rms_norm_forward_cpu(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                              double eps, const Tensor& sum, const Tensor& y) {
+                              double eps, const Tensor& sum, const Tensor& y, const Tensor& rstd) {
   add_out(x, residual, sum);
-  rms_norm_forward_cpu(sum, weight, eps, y, Tensor());
+  rms_norm_forward_cpu(sum, weight, eps, y, rstd);
 }
 
 void rms_norm_backward_cpu(const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                           const Tensor& dy, const Tensor& dx, const Tensor& dweight) {
+                           const Tensor& dy, const Tensor& dresidual, const Tensor& dx,
+                           const Tensor& dweight) {
   const int64_t n = x.size(-1), rows = x.numel() / n;
   detail::dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -46,6 +47,7 @@ void rms_norm_backward_cpu(const Tensor& x, const Tensor& weight, const Tensor& 
     const T* pw = weight.data<T>();
     const T* pr = rstd.data<T>();
     const T* pdy = dy.data<T>();
+    const T* pdr = dresidual.defined() ? dresidual.data<T>() : nullptr;  // (R, C) or none
     T* pdx = dx.data<T>();
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
@@ -55,9 +57,11 @@ void rms_norm_backward_cpu(const Tensor& x, const Tensor& weight, const Tensor& 
       double dot = 0.0;  // Σ (dy·w)·x̂
       for (int64_t i = 0; i < n; ++i) dot += static_cast<double>(dyr[i]) * pw[i] * xr[i] * inv;
       const double mean_dot = dot / static_cast<double>(n);
-      for (int64_t i = 0; i < n; ++i)
-        pdx[r * n + i] =
+      for (int64_t i = 0; i < n; ++i) {
+        const T d =
             static_cast<T>(inv * (static_cast<double>(dyr[i]) * pw[i] - xr[i] * inv * mean_dot));
+        pdx[r * n + i] = pdr ? static_cast<T>(d + pdr[r * n + i]) : d;  // add's T arithmetic
+      }
     }
     // dweight: column sums, fixed order (deterministic).
     T* pdw = dweight.data<T>();

@@ -146,10 +146,13 @@ __global__ void rms_norm_forward_kernel(const T* x, const T* residual, const T* 
   }
 }
 
-// x, dy, dx (R, C); weight (C); rstd (R). Same thread layout as the forward kernel.
+// x, dy, dx (R, C); weight (C); rstd (R); dresidual (R, C) or null. Same thread layout as
+// the forward kernel. With dresidual, dx = dresidual + the norm's dx rounded to T, added as
+// add's kernel adds (one rounding, never contracted into an FMA).
 template <class T>
 __global__ void rms_norm_backward_dx_kernel(const T* x, const T* weight, const float* rstd,
-                                            const T* dy, T* dx, int64_t rows, int64_t C, bool vec) {
+                                            const T* dy, const T* dresidual, T* dx, int64_t rows,
+                                            int64_t C, bool vec) {
   constexpr int W = kVec<T>;
   __shared__ float scratch[kWarp];
   const int64_t groups = (C + W - 1) / W;
@@ -179,6 +182,11 @@ __global__ void rms_norm_backward_dx_kernel(const T* x, const T* weight, const f
       load_group(dyr, g * W, C, vec, dv);
 #pragma unroll
       for (int j = 0; j < W; ++j) xv[j] = inv * (dv[j] * wv[j] - (xv[j] * inv) * mean_dot);
+      if (dresidual != nullptr) {
+        load_group(dresidual + r * C, g * W, C, vec, dv);
+#pragma unroll
+        for (int j = 0; j < W; ++j) xv[j] = __fadd_rn(to_float(from_float<T>(xv[j])), dv[j]);
+      }
       store_group(dxr, g * W, C, vec, xv);
     }
   }
@@ -292,12 +300,13 @@ void rms_norm_forward_cuda(const Tensor& x, const Tensor& weight, double eps, co
 }
 
 void add_rms_norm_forward_cuda(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                               double eps, const Tensor& sum, const Tensor& y) {
-  launch_norm_forward(x, residual, weight, eps, sum, y, Tensor());
+                               double eps, const Tensor& sum, const Tensor& y, const Tensor& rstd) {
+  launch_norm_forward(x, residual, weight, eps, sum, y, rstd);
 }
 
 void rms_norm_backward_cuda(const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                            const Tensor& dy, const Tensor& dx, const Tensor& dweight) {
+                            const Tensor& dy, const Tensor& dresidual, const Tensor& dx,
+                            const Tensor& dweight) {
   const int64_t C = x.size(-1), rows = x.numel() / C;
   const cudaStream_t stream = stream_of(x);
   dispatch_cuda_float(x.dtype(), "rms_norm", [&](auto tag) {
@@ -305,12 +314,14 @@ void rms_norm_backward_cuda(const Tensor& x, const Tensor& weight, const Tensor&
     const int64_t groups = ceil_div(C, kVec<T>);
     // dx, row by row.
     if (rows > 0) {
+      const bool with_residual = dresidual.defined();
       const bool vec = C % kVec<T> == 0 &&
-                       aligned16({x.raw_data(), weight.raw_data(), dy.raw_data(), dx.raw_data()});
+                       aligned16({x.raw_data(), weight.raw_data(), dy.raw_data(), dx.raw_data()}) &&
+                       (!with_residual || aligned16({dresidual.raw_data()}));
       const RowLaunch launch = row_launch(rows, groups);
       rms_norm_backward_dx_kernel<T><<<launch.grid, launch.block, 0, stream>>>(
           ptr<const T>(x), ptr<const T>(weight), ptr<const float>(rstd), ptr<const T>(dy),
-          ptr<T>(dx), rows, C, vec);
+          with_residual ? ptr<const T>(dresidual) : nullptr, ptr<T>(dx), rows, C, vec);
       CUDA_CHECK_LAUNCH("rms_norm_backward_dx_kernel");
     }
     // dweight: per-chunk column sums, then the chunks added per column.

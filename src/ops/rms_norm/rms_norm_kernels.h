@@ -12,13 +12,16 @@ namespace microllm::ops {
 // overlap x or weight.
 void rms_norm_forward_cpu(const Tensor& x, const Tensor& weight, double eps, const Tensor& y,
                           const Tensor& rstd);
-// sum = x + residual (rounded to the dtype), then y = rms_norm(sum): one pass on CUDA. sum
-// may be x or residual; y overlaps none of them.
+// sum = x + residual (rounded to the dtype), then y = rms_norm(sum) and rstd as above: one
+// pass on CUDA. sum may be x or residual; y overlaps none of them.
 void add_rms_norm_forward_cpu(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                              double eps, const Tensor& sum, const Tensor& y);
-// dx (R, C) and dweight (C) from dy; dweight is overwritten.
+                              double eps, const Tensor& sum, const Tensor& y, const Tensor& rstd);
+// dx (R, C) and dweight (C) from dy; dweight is overwritten. With a dresidual (R, C) (the
+// gradient reaching the norm's input by another path), dx is that plus the norm's dx, each
+// rounded to the dtype first: the bits of add(dx, dresidual).
 void rms_norm_backward_cpu(const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                           const Tensor& dy, const Tensor& dx, const Tensor& dweight);
+                           const Tensor& dy, const Tensor& dresidual, const Tensor& dx,
+                           const Tensor& dweight);
 #if MICROLLM_WITH_CUDA
 // Threads of the CUDA forward kernel's block for a row of `groups` 16-byte groups: one group
 // per thread up to 1,024 threads, a multiple of 32. The order of a row's sum of squares
@@ -30,9 +33,10 @@ inline int64_t rms_norm_forward_threads(int64_t groups) {
 void rms_norm_forward_cuda(const Tensor& x, const Tensor& weight, double eps, const Tensor& y,
                            const Tensor& rstd);
 void add_rms_norm_forward_cuda(const Tensor& x, const Tensor& residual, const Tensor& weight,
-                               double eps, const Tensor& sum, const Tensor& y);
+                               double eps, const Tensor& sum, const Tensor& y, const Tensor& rstd);
 void rms_norm_backward_cuda(const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                            const Tensor& dy, const Tensor& dx, const Tensor& dweight);
+                            const Tensor& dy, const Tensor& dresidual, const Tensor& dx,
+                            const Tensor& dweight);
 #endif
 
 }  // namespace microllm::ops

@@ -1,5 +1,6 @@
 // CPU forward values of rms_norm and add_rms_norm against a reference written here in
-// double (F64 and F32), and their error paths: zero width, a weight of the wrong shape or
+// double (F64 and F32), add_rms_norm = add → rms_norm bit for bit (outputs and gradients),
+// and their error paths: zero width, a weight of the wrong shape or
 // dtype, a negative eps, a 0-d input, residuals that differ in shape or dtype.
 #include <gtest/gtest.h>
 
@@ -8,6 +9,7 @@
 
 #include "microllm/ops/ops.h"
 #include "ops/op_test_util.h"
+#include "ops/rms_norm/add_rms_norm_fusion.h"
 
 using namespace microllm;
 using microllm::testing::optest::all_close;
@@ -35,6 +37,12 @@ TEST(OpsForward, RmsNormMatches) {
   auto fused = ops::add_rms_norm(ops::sub(x, residual), residual, w, eps);
   EXPECT_TRUE(all_close(fused.sum, xv, 1e-14));
   EXPECT_TRUE(all_close(fused.normed, want, 1e-13));
+}
+
+TEST(OpsForward, AddRmsNormIsItsCompositionBitForBit) {
+  for (DType dtype : {DType::F64, DType::F32, DType::BF16})
+    for (const Shape& shape : {Shape{3, 5, 32}, Shape{4, 33}})
+      EXPECT_TRUE(microllm::testing::add_rms_norm_is_its_composition(shape, dtype, Device::cpu()));
 }
 
 // ---- bad input -------------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include "microllm/autograd/node.h"
 #include "microllm/core/random.h"
 #include "microllm/ops/ops.h"
+#include "ops/rms_norm/add_rms_norm_fusion.h"
 
 using namespace microllm;
 using microllm::testing::bit_equal;
@@ -172,4 +173,15 @@ TEST(CudaAddRmsNorm, OutFormIsTheUnfusedBitsAndRowCountInvariant) {
       ops::rms_norm_out(want_sum.narrow(0, 3, 1), weight, 1e-6, one_normed);
       EXPECT_TRUE(bit_equal(one_normed, want_normed.narrow(0, 3, 1))) << dtype << " C " << C;
     }
+}
+
+// add_rms_norm on CUDA runs the add, the norm and its rstd in one kernel and adds the sum's
+// own gradient inside the norm's dx kernel: the bits of add → rms_norm, outputs and every
+// gradient, at training widths, odd widths and long rows.
+TEST(CudaAddRmsNorm, FusedNodeIsItsCompositionBitForBit) {
+  MICROLLM_REQUIRE_CUDA();
+  for (DType dtype : kAllDtypes)
+    for (const Shape& shape : {Shape{4, 64, 896}, Shape{5, 33}, Shape{3, 8200}})
+      EXPECT_TRUE(
+          microllm::testing::add_rms_norm_is_its_composition(shape, dtype, Device::cuda(0)));
 }
