@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <nlohmann/json.hpp>
 
 #include "microllm/autograd/node.h"
 #include "microllm/core/random.h"
@@ -15,6 +14,7 @@
 #include "microllm/model/weights.h"
 #include "microllm/ops/elementwise.h"
 #include "microllm/train/trainer.h"
+#include "model/tiny_config.h"
 #include "ops/op_test_util.h"
 
 using namespace microllm;
@@ -22,25 +22,17 @@ using microllm::testing::optest::same_bits;
 
 namespace {
 
-// qwen2 (QKV bias), untied LM head: every kind of parameter the flat layout holds.
-model::ModelConfig tiny_config() {
-  return model::ModelConfig::from_json({{"model_type", "qwen2"},
-                                        {"vocab_size", 40},
-                                        {"hidden_size", 32},
-                                        {"intermediate_size", 48},
-                                        {"num_hidden_layers", 2},
-                                        {"num_attention_heads", 4},
-                                        {"num_key_value_heads", 2},
-                                        {"rms_norm_eps", 1e-6},
-                                        {"rope_theta", 10000.0},
-                                        {"tie_word_embeddings", false}},
-                                       "tiny");
+// The tiny qwen2 model (QKV bias) with an untied LM head, or another family's.
+model::ModelConfig tiny_config(model::Family family = model::Family::Qwen2) {
+  model::ModelConfig c = microllm::testing::tiny_config(family);
+  c.tie_word_embeddings = false;
+  return c;
 }
 
 Tensor random_ids(uint64_t seed) {
   Generator gen(seed);
-  std::vector<int64_t> ids(2 * 9);  // (2, 9)
-  for (int64_t& id : ids) id = static_cast<int64_t>(gen.next_u64() % 40);
+  std::vector<int64_t> ids(2 * 9);                                         // (2, 9)
+  for (int64_t& id : ids) id = static_cast<int64_t>(gen.next_u64() % 37);  // the vocabulary
   return Tensor::from_vector(ids, {2, 9}, DType::I64);
 }
 
@@ -73,60 +65,62 @@ TEST(FlatOptimizer, GivesTheBitsOfThePerTensorOptimizer) {
     std::string kind;
     bool fused;
   };
-  for (DType dtype : {DType::F32, DType::BF16}) {
-    for (const Case& c : {Case{"adamw", false}, Case{"adamw", true}, Case{"sgd", false}}) {
-      SCOPED_TRACE(c.kind + (c.fused ? " fused " : " ") + std::string(dtype_name(dtype)));
-      const model::ModelWeights weights =
-          model::ModelWeights::random(tiny_config(), Device::cpu(), dtype, 5);
-      const model::Transformer flat_model = model::Transformer::from_weights(weights);
-      model::Transformer plain_model(tiny_config(), Device::cpu(), dtype, 5);
-      for (const auto& [name, p] : plain_model.parameters())
-        ASSERT_TRUE(same_bits(p, flat_model.parameters().at(name))) << name;
-      for (const auto& [name, p] : flat_model.parameters()) Tensor(p).set_requires_grad(true);
-      plain_model.set_requires_grad(true);
+  for (model::Family family : {model::Family::Qwen2, model::Family::Qwen3, model::Family::Llama})
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      for (const Case& c : {Case{"adamw", false}, Case{"adamw", true}, Case{"sgd", false}}) {
+        SCOPED_TRACE(c.kind + (c.fused ? " fused " : " ") + std::string(dtype_name(dtype)) +
+                     " family " + std::to_string(static_cast<int>(family)));
+        const model::ModelWeights weights =
+            model::ModelWeights::random(tiny_config(family), Device::cpu(), dtype, 5);
+        const model::Transformer flat_model = model::Transformer::from_weights(weights);
+        model::Transformer plain_model(tiny_config(family), Device::cpu(), dtype, 5);
+        for (const auto& [name, p] : plain_model.parameters())
+          ASSERT_TRUE(same_bits(p, flat_model.parameters().at(name))) << name;
+        for (const auto& [name, p] : flat_model.parameters()) Tensor(p).set_requires_grad(true);
+        plain_model.set_requires_grad(true);
 
-      train::AdamWOptions adamw;
-      adamw.fused = c.fused;
-      train::SgdOptions sgd;
-      sgd.weight_decay = 0.01;
-      auto flat = train::make_optimizer(c.kind, train::optimizer_params(flat_model.parameters()),
-                                        adamw, sgd, weights.flat());
-      auto plain = train::make_optimizer(c.kind, train::optimizer_params(plain_model.parameters()),
-                                         adamw, sgd);
-      EXPECT_TRUE(flat->flat());
-      EXPECT_FALSE(plain->flat());
-      for (int step = 1; step <= 3; ++step) {
-        for (int micro = 0; micro < 2; ++micro) {
-          accumulate(flat_model, random_ids(10 * step + micro));
-          accumulate(plain_model, random_ids(10 * step + micro));
+        train::AdamWOptions adamw;
+        adamw.fused = c.fused;
+        train::SgdOptions sgd;
+        sgd.weight_decay = 0.01;
+        auto flat = train::make_optimizer(c.kind, train::optimizer_params(flat_model.parameters()),
+                                          adamw, sgd, weights.flat());
+        auto plain = train::make_optimizer(
+            c.kind, train::optimizer_params(plain_model.parameters()), adamw, sgd);
+        EXPECT_TRUE(flat->flat());
+        EXPECT_FALSE(plain->flat());
+        for (int step = 1; step <= 3; ++step) {
+          for (int micro = 0; micro < 2; ++micro) {
+            accumulate(flat_model, random_ids(10 * step + micro));
+            accumulate(plain_model, random_ids(10 * step + micro));
+          }
+          for (const auto& [name, p] : flat_model.parameters()) {
+            ASSERT_TRUE(p.grad().same(p.grad_buffer())) << name;
+            ASSERT_TRUE(same_bits(p.grad(), plain_model.parameters().at(name).grad())) << name;
+          }
+          const double want = f64_norm(plain_model.parameters());
+          const double norm = plain->gradient_norm();
+          EXPECT_NEAR(flat->gradient_norm(), want, 1e-5 * want);
+          EXPECT_NEAR(norm, want, 1e-5 * want);
+          // The same clip for both, from one norm: the updates must then agree bit for bit.
+          const double scale = train::clip_scale(norm, step == 2 ? 0.5 * norm : 0.0);
+          flat->set_grad_scale(scale);
+          plain->set_grad_scale(scale);
+          flat->step(1e-2);
+          plain->step(1e-2);
+          flat->zero_grad();
+          plain->zero_grad();
         }
-        for (const auto& [name, p] : flat_model.parameters()) {
-          ASSERT_TRUE(p.grad().same(p.grad_buffer())) << name;
-          ASSERT_TRUE(same_bits(p.grad(), plain_model.parameters().at(name).grad())) << name;
+        for (const auto& [name, p] : plain_model.parameters())
+          EXPECT_TRUE(same_bits(p, flat_model.parameters().at(name))) << name;
+        const train::NamedTensors a = plain->state(), b = flat->state();
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t i = 0; i < a.size(); ++i) {
+          EXPECT_EQ(a[i].first, b[i].first);
+          EXPECT_TRUE(same_bits(a[i].second, b[i].second)) << a[i].first;
         }
-        const double want = f64_norm(plain_model.parameters());
-        const double norm = plain->gradient_norm();
-        EXPECT_NEAR(flat->gradient_norm(), want, 1e-5 * want);
-        EXPECT_NEAR(norm, want, 1e-5 * want);
-        // The same clip for both, from one norm: the updates must then agree bit for bit.
-        const double scale = train::clip_scale(norm, step == 2 ? 0.5 * norm : 0.0);
-        flat->set_grad_scale(scale);
-        plain->set_grad_scale(scale);
-        flat->step(1e-2);
-        plain->step(1e-2);
-        flat->zero_grad();
-        plain->zero_grad();
-      }
-      for (const auto& [name, p] : plain_model.parameters())
-        EXPECT_TRUE(same_bits(p, flat_model.parameters().at(name))) << name;
-      const train::NamedTensors a = plain->state(), b = flat->state();
-      ASSERT_EQ(a.size(), b.size());
-      for (size_t i = 0; i < a.size(); ++i) {
-        EXPECT_EQ(a[i].first, b[i].first);
-        EXPECT_TRUE(same_bits(a[i].second, b[i].second)) << a[i].first;
       }
     }
-  }
 }
 
 TEST(FlatOptimizer, GradientNormSkipsAMissingGradientsStaleView) {
