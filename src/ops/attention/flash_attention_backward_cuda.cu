@@ -1,17 +1,22 @@
 // Flash attention backward on tensor cores (mma.sync), deterministic: no atomics.
-// Reference: Dao 2023 (FlashAttention-2), section 3.1.2, for the recomputation; the split
-// into two kernels, one owning dQ rows and one owning dK/dV rows, is what removes the
-// atomic dQ accumulation (at the price of computing S and dP twice).
+// Reference: Dao 2023 (FlashAttention-2), section 3.1.2, for the recomputation. dK/dV and dQ
+// are owned by two kernels, which removes the atomic dQ accumulation; the first writes the
+// dS tiles it computes (rounded to the input dtype, as the products round them anyway) to a
+// scratch, so that the second is one matrix product over them instead of recomputing S and dP.
 //   delta = rowsum(dO ∘ O)                                         (B, H, T)
 //   P = exp2(S₂ − lse₂), dP = dO·Vᵀ, dS = P ∘ (dP − delta)
-//   dQ = scale · dS·K                  (query-tile blocks, key tiles in order)
 //   dK = scale · dSᵀ·Q, dV = Pᵀ·dO    (key-tile blocks, a part of the group's heads and the
 //                                      query tiles in order; with the group split into
 //                                      parts, F32 sums per part added in part order by
 //                                      flash_sum_parts_kernel: the GQA sum has one fixed order)
-// The streamed side of each kernel is double-buffered with cp.async. Both kernels start with
-// their heaviest blocks (causal: the last query tiles for dQ, the first key tiles for dK/dV),
-// so the long blocks are not left for the end of the grid.
+//   dQ = scale · dS·K                  (query-tile blocks, key tiles in order, dS from the
+//                                      scratch)
+// The scratch holds dSᵀ, (S rounded up to 64, T rounded up to 64) per (b, h); only the tiles
+// that some query sees are written and read. Its size is bounded by running the three kernels
+// over chunks of (b, KV head) pairs. The streamed side of each kernel is double-buffered with
+// cp.async. Both kernels start with their heaviest blocks (causal: the last query tiles for
+// dQ, the first key tiles for dK/dV), so the long blocks are not left for the end of the grid.
+#include <algorithm>
 #include <type_traits>
 
 #include "../cuda_common.cuh"
@@ -40,6 +45,9 @@ struct BackwardArgs {
   int parts;        // blocks per (b, KV head, key tile): the group's heads split in parts
   float* dk_parts;  // (parts, B·Hkv, S, D) F32 unscaled sums when parts > 1, else null
   float* dv_parts;
+  T* ds;            // (B·H, ds_rows, ds_pitch): dSᵀ, written by dK/dV, read by dQ
+  int64_t ds_rows;  // S rounded up to whole 64-row tiles
+  int64_t ds_pitch; // T rounded up to whole 64-row tiles
 };
 
 // delta[row] = Σ_d dO[row, d]·O[row, d] in F32, a warp per row.
@@ -118,47 +126,36 @@ __device__ __forceinline__ void store_rows(Out* matrix, const float (&acc)[D / 8
   }
 }
 
-// dQ: a block per 64 query rows of one (b, h), streaming the visible key tiles.
+// dQ: a block per 64 query rows of one (b, h), streaming the visible key tiles' K rows and
+// dSᵀ tiles (from the dK/dV kernel's scratch): dQ = scale · dS·K.
+template <class T, int D>
+constexpr size_t dq_shared_bytes() {
+  return (2 * kTileElements<D> + 2 * kTileElements<kTileRows>)*sizeof(T);
+}
+
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BackwardArgs<T> a) {
   extern __shared__ __align__(16) unsigned char shared[];
-  T* q_tile = reinterpret_cast<T*>(shared);  // (64, D + 8)
-  T* do_tile = q_tile + kTileElements<D>;    // (64, D + 8)
-  T* k_tiles = do_tile + kTileElements<D>;   // 2 × (64, D + 8)
-  T* v_tiles = k_tiles + 2 * kTileElements<D>;
-  __shared__ int64_t key_pos[2][kTileRows];
+  T* k_tiles = reinterpret_cast<T*>(shared);     // 2 × (64 keys, D + 8)
+  T* ds_tiles = k_tiles + 2 * kTileElements<D>;  // 2 × (64 keys, 64 queries + 8): dSᵀ
 
   const FlashShape& s = a.shape;
   const int64_t bh = blockIdx.x;
   const int64_t kv = (bh / s.H) * s.Hkv + (bh % s.H) / (s.H / s.Hkv);
   const int64_t t0 = (static_cast<int64_t>(gridDim.y) - 1 - blockIdx.y) * kTileRows;
-  const T* k = a.k + kv * s.S * D;  // (S, D)
-  const T* v = a.v + kv * s.S * D;
+  const T* k = a.k + kv * s.S * D;                  // (S, D)
+  const T* ds = a.ds + bh * a.ds_rows * a.ds_pitch;  // (ds_rows, ds_pitch)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int64_t key_tiles = key_tiles_end(s, t0);
 
   const auto load_keys = [&](int64_t tile, int stage) {
     const int64_t j0 = tile * kTileRows;
     load_tile_async<T, D>(k_tiles + stage * kTileElements<D>, k, j0, s.S);
-    load_tile_async<T, D>(v_tiles + stage * kTileElements<D>, v, j0, s.S);
-    if (threadIdx.x < kTileRows && j0 + threadIdx.x < s.S)
-      key_pos[stage][threadIdx.x] = key_position(s, j0 + threadIdx.x);
+    load_block_async<T, kTileRows>(ds_tiles + stage * kTileElements<kTileRows>,
+                                   ds + j0 * a.ds_pitch + t0, a.ds_pitch);
   };
-  load_tile_async<T, D>(q_tile, a.q + bh * s.T * D, t0, s.T);
-  load_tile_async<T, D>(do_tile, a.dout + bh * s.T * D, t0, s.T);
   if (key_tiles > 0) load_keys(0, 0);
   commit_async();
-
-  int64_t query_pos[2];
-  float lse[2], delta[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int64_t t = t0 + warp * 16 + g + 8 * i;
-    const bool real = t < s.T;
-    query_pos[i] = real ? query_position(s, t) : 0;
-    lse[i] = real ? a.lse[bh * s.T + t] : INFINITY;
-    delta[i] = real ? a.delta[bh * s.T + t] : 0.0f;
-  }
   float dq[D / 8][4] = {};
 
   for (int64_t tile = 0; tile < key_tiles; ++tile) {
@@ -172,24 +169,19 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BackwardArgs<T> a) {
     }
     __syncthreads();
     const T* k_tile = k_tiles + stage * kTileElements<D>;
-    const T* v_tile = v_tiles + stage * kTileElements<D>;
-    const int64_t j0 = tile * kTileRows;
-
-    float p[8][4] = {};  // S, then P, then dS: 16 queries × 64 keys per warp
-    rows_times_rows<D, 64>(p, q_tile, k_tile, warp, lane);
-    float dp[8][4] = {};  // dO·Vᵀ
-    rows_times_rows<D, 64>(dp, do_tile, v_tile, warp, lane);
-    const bool masked = tile_needs_mask(s, t0, j0);
+    const T* ds_tile = ds_tiles + stage * kTileElements<kTileRows>;
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int kk = 0; kk < kTileRows / 16; ++kk) {  // 16 keys at a time
+      uint32_t a_frag[4];  // dS rows warp·16.. (queries) × keys kk·16..
+      load_a_transposed(a_frag, ds_tile, kStride<kTileRows>, warp * 16, kk * 16, lane);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e / 2, j = nt * 8 + 2 * c + (e & 1);
-        const bool seen = !masked || (j0 + j < s.S && visible(s, query_pos[i], key_pos[stage][j]));
-        const float prob = seen ? exp2f(p[nt][e] * s.scale_log2 - lse[i]) : 0.0f;
-        p[nt][e] = prob * (dp[nt][e] - delta[i]);
+      for (int pair = 0; pair < D / 16; ++pair) {
+        uint32_t b[2][2];
+        load_b_pair_transposed(b, k_tile, kStride<D>, kk * 16, pair * 16, lane);
+        mma_16816<T>(dq[2 * pair], a_frag, b[0]);
+        mma_16816<T>(dq[2 * pair + 1], a_frag, b[1]);
       }
-    weights_times_rows<D, 64>(dq, p, k_tile, lane);
+    }
     __syncthreads();
   }
   wait_async<0>();
@@ -229,8 +221,9 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
 
   // Steps over (head of the group, query block of kQ rows); causal default positions skip
-  // the query blocks before the first one that sees key j0.
-  const int64_t q_begin = query_blocks_begin(s, j0, kQ);
+  // the query blocks before the first 64-row tile that sees key j0 (64, not kQ: the dQ
+  // kernel reads the dS of every query of the tiles it visits, so all of them are written).
+  const int64_t q_begin = query_blocks_begin(s, j0, kTileRows) * (kTileRows / kQ);
   const int64_t q_blocks = (s.T + kQ - 1) / kQ;
   const int64_t per_head = q_blocks > q_begin ? q_blocks - q_begin : 0;
   const int64_t steps = heads * per_head;
@@ -301,6 +294,15 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
       }
     weights_times_rows<D, kQ>(dv, p, do_tile, lane);
     weights_times_rows<D, kQ>(dk, ds, q_tile, lane);
+    // dSᵀ rows of this warp's keys, queries q0.. of the step's head, rounded as above.
+    T* ds_out = a.ds + ((first_bh + step / per_head) * a.ds_rows + j0 + warp * 16 + g) * a.ds_pitch +
+                block_first_query[stage] + 2 * c;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int nt = 0; nt < kQ / 8; ++nt)
+        *reinterpret_cast<uint32_t*>(ds_out + 8 * i * a.ds_pitch + nt * 8) =
+            pack_pair<T>(ds[nt][2 * i], ds[nt][2 * i + 1]);
     __syncthreads();
   }
   if (a.parts > 1) {  // this part's sums; flash_sum_parts_kernel scales and rounds their total
@@ -349,6 +351,8 @@ int dkdv_parts(const FlashShape& s) {
   return static_cast<int>(group);
 }
 
+// The kernels in order over one chunk: delta, dK/dV (which writes the dS scratch), the sum of
+// the parts, dQ (which reads it).
 template <class T, int D>
 void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cudaStream_t stream) {
   const FlashShape& s = args.shape;
@@ -358,12 +362,6 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
     flash_delta_kernel<T, D><<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock),
                                32 * kRowsPerBlock, 0, stream>>>(out, args.dout, delta, rows);
     CUDA_CHECK_LAUNCH("flash_delta_kernel");
-    const size_t dq_bytes = static_cast<size_t>(6 * kTileElements<D>) * sizeof(T);
-    allow_shared_bytes<flash_dq_kernel<T, D>>(dq_bytes);
-    flash_dq_kernel<T, D>
-        <<<dim3(static_cast<unsigned>(s.B * s.H), static_cast<unsigned>(tiles_of(s.T))), kThreads,
-           dq_bytes, stream>>>(args);
-    CUDA_CHECK_LAUNCH("flash_dq_kernel");
   }
   if (s.B * s.Hkv * s.S > 0) {  // with T = 0 this writes zeros to dK and dV
     const size_t bytes = dkdv_shared_bytes<T, D>();
@@ -381,7 +379,19 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
       CUDA_CHECK_LAUNCH("flash_sum_parts_kernel");
     }
   }
+  if (rows > 0) {
+    const size_t bytes = dq_shared_bytes<T, D>();
+    allow_shared_bytes<flash_dq_kernel<T, D>>(bytes);
+    flash_dq_kernel<T, D>
+        <<<dim3(static_cast<unsigned>(s.B * s.H), static_cast<unsigned>(tiles_of(s.T))), kThreads,
+           bytes, stream>>>(args);
+    CUDA_CHECK_LAUNCH("flash_dq_kernel");
+  }
 }
+
+// The dS scratch of one chunk stays under this many bytes unless a single (b, KV head) needs
+// more (B8 H14 KV2 T1024: 235 MB, one chunk; T 8192 with a group of 2: 268 MB a chunk).
+constexpr int64_t kScratchBytes = int64_t{512} << 20;
 
 }  // namespace
 
@@ -389,36 +399,57 @@ void flash_attention_backward_cuda(const AttentionShape& shape, const Tensor& q,
                                    const Tensor& v, const Tensor& out, const Tensor& lse,
                                    const Tensor& dout, const Tensor& q_pos, const Tensor& k_pos,
                                    const Tensor& dq, const Tensor& dk, const Tensor& dv) {
-  const FlashShape s = flash_shape_of(shape, q_pos, k_pos);
-  // delta (B, H, T) F32, from the stream-ordered allocator: freed on return, reused only by
-  // later work on the same stream.
-  const Tensor delta = Tensor::empty({s.B, s.H, s.T}, DType::F32, q.device());
-  // The dK/dV parts' F32 sums (parts, B·Hkv, S, D) each, from the same allocator.
-  const int parts = dkdv_parts(s);
-  Tensor dk_parts, dv_parts;
-  if (parts > 1) {
-    dk_parts = Tensor::empty({parts, s.B * s.Hkv, s.S, shape.D}, DType::F32, q.device());
-    dv_parts = Tensor::empty({parts, s.B * s.Hkv, s.S, shape.D}, DType::F32, q.device());
-  }
+  const FlashShape whole = flash_shape_of(shape, q_pos, k_pos);
+  // A unit is one (b, KV head) with its group's query heads, whose rows are neighbours in
+  // every tensor; the kernels see a chunk of units as a batch with H = group, Hkv = 1.
+  const int64_t group = whole.H / whole.Hkv, units = whole.B * whole.Hkv, D = shape.D;
+  const int64_t ds_rows = tiles_of(whole.S) * kTileRows, ds_pitch = tiles_of(whole.T) * kTileRows;
+  const int64_t unit_bytes = group * ds_rows * ds_pitch * static_cast<int64_t>(dtype_size(q.dtype()));
+  const int64_t per_chunk =
+      unit_bytes == 0 ? units : std::max<int64_t>(1, std::min(units, kScratchBytes / unit_bytes));
+  // delta (B, H, T) F32 and the scratch (per_chunk·group, ds_rows, ds_pitch), from the
+  // stream-ordered allocator: freed on return, reused only by later work on the same stream.
+  const Tensor delta = Tensor::empty({whole.B, whole.H, whole.T}, DType::F32, q.device());
+  const Tensor scratch =
+      Tensor::empty({per_chunk * group, ds_rows, ds_pitch}, q.dtype(), q.device());
   const auto run = [&](auto tag) {
     using T = decltype(tag);
-    const BackwardArgs<T> args{s,
-                               ptr<const T>(q),
-                               ptr<const T>(k),
-                               ptr<const T>(v),
-                               ptr<const T>(dout),
-                               ptr<const float>(lse),
-                               ptr<const float>(delta),
-                               ptr<T>(dq),
-                               ptr<T>(dk),
-                               ptr<T>(dv),
-                               parts,
-                               parts > 1 ? ptr<float>(dk_parts) : nullptr,
-                               parts > 1 ? ptr<float>(dv_parts) : nullptr};
-    if (shape.D == 64)
-      launch_backward<T, 64>(args, ptr<const T>(out), ptr<float>(delta), stream_of(dq));
-    else
-      launch_backward<T, 128>(args, ptr<const T>(out), ptr<float>(delta), stream_of(dq));
+    for (int64_t u0 = 0; u0 < units; u0 += per_chunk) {
+      FlashShape s = whole;
+      s.B = std::min(per_chunk, units - u0);
+      s.H = group;
+      s.Hkv = 1;
+      // The dK/dV parts' F32 sums (parts, chunk units, S, D) each.
+      const int parts = dkdv_parts(s);
+      Tensor dk_parts, dv_parts;
+      if (parts > 1) {
+        dk_parts = Tensor::empty({parts, s.B, whole.S, D}, DType::F32, q.device());
+        dv_parts = Tensor::empty({parts, s.B, whole.S, D}, DType::F32, q.device());
+      }
+      const int64_t query_rows = u0 * group * whole.T, key_rows = u0 * whole.S;  // the chunk's first rows
+      const BackwardArgs<T> args{s,
+                                  ptr<const T>(q) + query_rows * D,
+                                  ptr<const T>(k) + key_rows * D,
+                                  ptr<const T>(v) + key_rows * D,
+                                  ptr<const T>(dout) + query_rows * D,
+                                  ptr<const float>(lse) + query_rows,
+                                  ptr<const float>(delta) + query_rows,
+                                  ptr<T>(dq) + query_rows * D,
+                                  ptr<T>(dk) + key_rows * D,
+                                  ptr<T>(dv) + key_rows * D,
+                                  parts,
+                                  parts > 1 ? ptr<float>(dk_parts) : nullptr,
+                                  parts > 1 ? ptr<float>(dv_parts) : nullptr,
+                                  ptr<T>(scratch),
+                                  ds_rows,
+                                  ds_pitch};
+      const T* out_rows = ptr<const T>(out) + query_rows * D;
+      float* delta_rows = ptr<float>(delta) + query_rows;
+      if (D == 64)
+        launch_backward<T, 64>(args, out_rows, delta_rows, stream_of(dq));
+      else
+        launch_backward<T, 128>(args, out_rows, delta_rows, stream_of(dq));
+    }
   };
   if (q.dtype() == DType::BF16)
     run(__nv_bfloat16{});

@@ -84,6 +84,18 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* tile, int stri
   load_matrices(a, tile + (row0 + (lane & 15)) * stride + col0 + (lane >> 4) * 8);
 }
 
+// The A operand of rows [row0, row0 + 16) × cols [col0, col0 + 16) of the transpose of a
+// row-major shared tile (A[r][k] = m[col0 + k][row0 + r], as dS is read from its stored dSᵀ):
+// the matrices of a[0..3] are (r 0..7, k 0..7), (r 8..15, k 0..7), (r 0..7, k 8..15),
+// (r 8..15, k 8..15), each stored as 8 rows of m read transposed; lane l points at row
+// col0 + (l & 7) + 8·(l / 16) of m, col row0 + 8·((l / 8) & 1).
+template <class T>
+__device__ __forceinline__ void load_a_transposed(uint32_t (&a)[4], const T* tile, int stride,
+                                                  int row0, int col0, int lane) {
+  load_matrices_transposed(
+      a, tile + (col0 + (lane & 7) + ((lane >> 4) << 3)) * stride + row0 + ((lane >> 3) & 1) * 8);
+}
+
 // B operands of two 8-column tiles, n-tiles 2p and 2p + 1, for B[k][n] = m[n0 + n][k0 + k]
 // (the rows of m are the n index, as K's rows are in Q·Kᵀ): b[0] for n-tile 2p, b[1] for
 // 2p + 1. Lane l points at row n0 + (l & 7) + 8·(l / 16), col k0 + 8·((l / 8) & 1).
@@ -149,6 +161,23 @@ __device__ __forceinline__ void load_tile_async(T* tile, const T* matrix, int64_
     const bool valid = row0 + r < rows;
     const T* source = valid ? matrix + (row0 + r) * D + v * (16 / sizeof(T)) : matrix;
     copy16_async(tile + r * kStride<D> + v * (16 / sizeof(T)), source, valid);
+  }
+}
+
+// Starts the copy of a kRows × kCols block at `block` (row pitch `pitch` elements, every row
+// inside the matrix and 16-byte aligned) into a shared tile with kCols + 8 elements per row.
+// Called by all kThreads threads; commits nothing.
+template <class T, int kCols, int kRows = kTileRows>
+__device__ __forceinline__ void load_block_async(T* tile, const T* block, int64_t pitch) {
+  constexpr int kVectorsPerRow = kCols * static_cast<int>(sizeof(T)) / 16;
+  constexpr int kPerThread = kRows * kVectorsPerRow / kThreads;
+  static_assert(kRows * kVectorsPerRow % kThreads == 0, "whole vectors per thread");
+#pragma unroll
+  for (int n = 0; n < kPerThread; ++n) {
+    const int i = threadIdx.x + n * kThreads;
+    const int r = i / kVectorsPerRow, v = i % kVectorsPerRow;
+    copy16_async(tile + r * kStride<kCols> + v * (16 / sizeof(T)),
+                 block + r * pitch + v * (16 / sizeof(T)), true);
   }
 }
 
