@@ -45,9 +45,9 @@ struct BackwardArgs {
   int parts;        // blocks per (b, KV head, key tile): the group's heads split in parts
   float* dk_parts;  // (parts, B·Hkv, S, D) F32 unscaled sums when parts > 1, else null
   float* dv_parts;
-  T* ds;            // (B·H, ds_rows, ds_pitch): dSᵀ, written by dK/dV, read by dQ
-  int64_t ds_rows;  // S rounded up to whole 64-row tiles
-  int64_t ds_pitch; // T rounded up to whole 64-row tiles
+  T* ds;             // (B·H, ds_rows, ds_pitch): dSᵀ, written by dK/dV, read by dQ
+  int64_t ds_rows;   // S rounded up to whole 64-row tiles
+  int64_t ds_pitch;  // T rounded up to whole 64-row tiles
 };
 
 // delta[row] = Σ_d dO[row, d]·O[row, d] in F32, a warp per row.
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BackwardArgs<T> a) {
   const int64_t bh = blockIdx.x;
   const int64_t kv = (bh / s.H) * s.Hkv + (bh % s.H) / (s.H / s.Hkv);
   const int64_t t0 = (static_cast<int64_t>(gridDim.y) - 1 - blockIdx.y) * kTileRows;
-  const T* k = a.k + kv * s.S * D;                  // (S, D)
+  const T* k = a.k + kv * s.S * D;                   // (S, D)
   const T* ds = a.ds + bh * a.ds_rows * a.ds_pitch;  // (ds_rows, ds_pitch)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int64_t key_tiles = key_tiles_end(s, t0);
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BackwardArgs<T> a) {
     const T* ds_tile = ds_tiles + stage * kTileElements<kTileRows>;
 #pragma unroll
     for (int kk = 0; kk < kTileRows / 16; ++kk) {  // 16 keys at a time
-      uint32_t a_frag[4];  // dS rows warp·16.. (queries) × keys kk·16..
+      uint32_t a_frag[4];                          // dS rows warp·16.. (queries) × keys kk·16..
       load_a_transposed(a_frag, ds_tile, kStride<kTileRows>, warp * 16, kk * 16, lane);
 #pragma unroll
       for (int pair = 0; pair < D / 16; ++pair) {
@@ -295,7 +295,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
     weights_times_rows<D, kQ>(dv, p, do_tile, lane);
     weights_times_rows<D, kQ>(dk, ds, q_tile, lane);
     // dSᵀ rows of this warp's keys, queries q0.. of the step's head, rounded as above.
-    T* ds_out = a.ds + ((first_bh + step / per_head) * a.ds_rows + j0 + warp * 16 + g) * a.ds_pitch +
+    T* ds_out = a.ds +
+                ((first_bh + step / per_head) * a.ds_rows + j0 + warp * 16 + g) * a.ds_pitch +
                 block_first_query[stage] + 2 * c;
 #pragma unroll
     for (int i = 0; i < 2; ++i)
@@ -404,7 +405,8 @@ void flash_attention_backward_cuda(const AttentionShape& shape, const Tensor& q,
   // every tensor; the kernels see a chunk of units as a batch with H = group, Hkv = 1.
   const int64_t group = whole.H / whole.Hkv, units = whole.B * whole.Hkv, D = shape.D;
   const int64_t ds_rows = tiles_of(whole.S) * kTileRows, ds_pitch = tiles_of(whole.T) * kTileRows;
-  const int64_t unit_bytes = group * ds_rows * ds_pitch * static_cast<int64_t>(dtype_size(q.dtype()));
+  const int64_t unit_bytes =
+      group * ds_rows * ds_pitch * static_cast<int64_t>(dtype_size(q.dtype()));
   const int64_t per_chunk =
       unit_bytes == 0 ? units : std::max<int64_t>(1, std::min(units, kScratchBytes / unit_bytes));
   // delta (B, H, T) F32 and the scratch (per_chunk·group, ds_rows, ds_pitch), from the
@@ -426,23 +428,24 @@ void flash_attention_backward_cuda(const AttentionShape& shape, const Tensor& q,
         dk_parts = Tensor::empty({parts, s.B, whole.S, D}, DType::F32, q.device());
         dv_parts = Tensor::empty({parts, s.B, whole.S, D}, DType::F32, q.device());
       }
-      const int64_t query_rows = u0 * group * whole.T, key_rows = u0 * whole.S;  // the chunk's first rows
+      const int64_t query_rows = u0 * group * whole.T,
+                    key_rows = u0 * whole.S;  // the chunk's first rows
       const BackwardArgs<T> args{s,
-                                  ptr<const T>(q) + query_rows * D,
-                                  ptr<const T>(k) + key_rows * D,
-                                  ptr<const T>(v) + key_rows * D,
-                                  ptr<const T>(dout) + query_rows * D,
-                                  ptr<const float>(lse) + query_rows,
-                                  ptr<const float>(delta) + query_rows,
-                                  ptr<T>(dq) + query_rows * D,
-                                  ptr<T>(dk) + key_rows * D,
-                                  ptr<T>(dv) + key_rows * D,
-                                  parts,
-                                  parts > 1 ? ptr<float>(dk_parts) : nullptr,
-                                  parts > 1 ? ptr<float>(dv_parts) : nullptr,
-                                  ptr<T>(scratch),
-                                  ds_rows,
-                                  ds_pitch};
+                                 ptr<const T>(q) + query_rows * D,
+                                 ptr<const T>(k) + key_rows * D,
+                                 ptr<const T>(v) + key_rows * D,
+                                 ptr<const T>(dout) + query_rows * D,
+                                 ptr<const float>(lse) + query_rows,
+                                 ptr<const float>(delta) + query_rows,
+                                 ptr<T>(dq) + query_rows * D,
+                                 ptr<T>(dk) + key_rows * D,
+                                 ptr<T>(dv) + key_rows * D,
+                                 parts,
+                                 parts > 1 ? ptr<float>(dk_parts) : nullptr,
+                                 parts > 1 ? ptr<float>(dv_parts) : nullptr,
+                                 ptr<T>(scratch),
+                                 ds_rows,
+                                 ds_pitch};
       const T* out_rows = ptr<const T>(out) + query_rows * D;
       float* delta_rows = ptr<float>(delta) + query_rows;
       if (D == 64)
