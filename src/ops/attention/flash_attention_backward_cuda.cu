@@ -228,20 +228,39 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
   const int64_t per_head = q_blocks > q_begin ? q_blocks - q_begin : 0;
   const int64_t steps = heads * per_head;
 
+  // A step's query rows: Q and dO tiles start copying into shared memory; thread t < kQ
+  // fetches query row q0 + t's statistics into registers, which publish() stores into the
+  // stage's shared arrays only after the current step's products, so the loads' latency
+  // hides behind them instead of stalling the warps that issue them.
+  struct QueryRow {
+    float lse = INFINITY, delta = 0.0f;
+    int64_t pos = 0, q0 = 0;
+    bool real = false;
+  };
   const auto load_queries = [&](int64_t step, int stage) {
     const int64_t bh = first_bh + step / per_head;
-    const int64_t q0 = (q_begin + step % per_head) * kQ;
-    load_tile_async<T, D, kQ>(q_tiles + stage * kTileElements<D, kQ>, a.q + bh * s.T * D, q0, s.T);
-    load_tile_async<T, D, kQ>(do_tiles + stage * kTileElements<D, kQ>, a.dout + bh * s.T * D, q0,
+    QueryRow row;
+    row.q0 = (q_begin + step % per_head) * kQ;
+    load_tile_async<T, D, kQ>(q_tiles + stage * kTileElements<D, kQ>, a.q + bh * s.T * D, row.q0,
                               s.T);
-    if (threadIdx.x == 0) block_first_query[stage] = q0;
+    load_tile_async<T, D, kQ>(do_tiles + stage * kTileElements<D, kQ>, a.dout + bh * s.T * D,
+                              row.q0, s.T);
+    const int64_t t = row.q0 + threadIdx.x;
+    if (threadIdx.x < kQ && t < s.T) {
+      row.real = true;
+      row.lse = a.lse[bh * s.T + t];
+      row.delta = a.delta[bh * s.T + t];
+      row.pos = query_position(s, t);
+    }
+    return row;
+  };
+  const auto publish = [&](const QueryRow& row, int stage) {
+    if (threadIdx.x == 0) block_first_query[stage] = row.q0;
     if (threadIdx.x < kQ) {
-      const int64_t t = q0 + threadIdx.x;
-      const bool real = t < s.T;
-      real_query[stage][threadIdx.x] = real;
-      lse[stage][threadIdx.x] = real ? a.lse[bh * s.T + t] : INFINITY;
-      delta[stage][threadIdx.x] = real ? a.delta[bh * s.T + t] : 0.0f;
-      query_pos[stage][threadIdx.x] = real ? query_position(s, t) : 0;
+      real_query[stage][threadIdx.x] = row.real;
+      lse[stage][threadIdx.x] = row.lse;
+      delta[stage][threadIdx.x] = row.delta;
+      query_pos[stage][threadIdx.x] = row.pos;
     }
   };
   if (steps > 0) {
@@ -249,7 +268,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
     const T* v = a.v + kv * s.S * D;
     load_tile_async<T, D>(k_tile, k, j0, s.S);
     load_tile_async<T, D>(v_tile, v, j0, s.S);
-    load_queries(0, 0);
+    publish(load_queries(0, 0), 0);
     commit_async();
   }
 
@@ -266,8 +285,9 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
 
   for (int64_t step = 0; step < steps; ++step) {
     const int stage = static_cast<int>(step & 1);
+    QueryRow next;
     if (step + 1 < steps) {
-      load_queries(step + 1, stage ^ 1);
+      next = load_queries(step + 1, stage ^ 1);
       commit_async();
       wait_async<1>();
     } else {
@@ -304,6 +324,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
       for (int nt = 0; nt < kQ / 8; ++nt)
         *reinterpret_cast<uint32_t*>(ds_out + 8 * i * a.ds_pitch + nt * 8) =
             pack_pair<T>(ds[nt][2 * i], ds[nt][2 * i + 1]);
+    if (step + 1 < steps) publish(next, stage ^ 1);  // the stage no warp reads now
     __syncthreads();
   }
   if (a.parts > 1) {  // this part's sums; flash_sum_parts_kernel scales and rounds their total
