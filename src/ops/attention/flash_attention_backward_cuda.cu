@@ -94,13 +94,7 @@ __device__ __forceinline__ void weights_times_rows(float (&acc)[D / 8][4],
                            pack_pair<T>(w[2 * kk][2], w[2 * kk][3]),
                            pack_pair<T>(w[2 * kk + 1][0], w[2 * kk + 1][1]),
                            pack_pair<T>(w[2 * kk + 1][2], w[2 * kk + 1][3])};
-#pragma unroll
-    for (int pair = 0; pair < D / 16; ++pair) {
-      uint32_t b[2][2];
-      load_b_pair_transposed(b, tile, kStride<D>, kk * 16, pair * 16, lane);
-      mma_16816<T>(acc[2 * pair], a, b[0]);
-      mma_16816<T>(acc[2 * pair + 1], a, b[1]);
-    }
+    fragment_times_rows<D>(acc, a, tile, kk * 16, lane);
   }
 }
 
@@ -160,27 +154,14 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BackwardArgs<T> a) {
 
   for (int64_t tile = 0; tile < key_tiles; ++tile) {
     const int stage = static_cast<int>(tile & 1);
-    if (tile + 1 < key_tiles) {
-      load_keys(tile + 1, stage ^ 1);
-      commit_async();
-      wait_async<1>();
-    } else {
-      wait_async<0>();
-    }
-    __syncthreads();
+    next_tile(tile, key_tiles, load_keys);
     const T* k_tile = k_tiles + stage * kTileElements<D>;
     const T* ds_tile = ds_tiles + stage * kTileElements<kTileRows>;
 #pragma unroll
     for (int kk = 0; kk < kTileRows / 16; ++kk) {  // 16 keys at a time
       uint32_t a_frag[4];                          // dS rows warp·16.. (queries) × keys kk·16..
       load_a_transposed(a_frag, ds_tile, kStride<kTileRows>, warp * 16, kk * 16, lane);
-#pragma unroll
-      for (int pair = 0; pair < D / 16; ++pair) {
-        uint32_t b[2][2];
-        load_b_pair_transposed(b, k_tile, kStride<D>, kk * 16, pair * 16, lane);
-        mma_16816<T>(dq[2 * pair], a_frag, b[0]);
-        mma_16816<T>(dq[2 * pair + 1], a_frag, b[1]);
-      }
+      fragment_times_rows<D>(dq, a_frag, k_tile, kk * 16, lane);
     }
     __syncthreads();
   }
@@ -235,14 +216,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_recompute_kernel(BackwardAr
 
   for (int64_t tile = 0; tile < key_tiles; ++tile) {
     const int stage = static_cast<int>(tile & 1);
-    if (tile + 1 < key_tiles) {
-      load_keys(tile + 1, stage ^ 1);
-      commit_async();
-      wait_async<1>();
-    } else {
-      wait_async<0>();
-    }
-    __syncthreads();
+    next_tile(tile, key_tiles, load_keys);
     const T* k_tile = k_tiles + stage * kTileElements<D>;
     const T* v_tile = v_tiles + stage * kTileElements<D>;
     const int64_t j0 = tile * kTileRows;
@@ -366,14 +340,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
   for (int64_t step = 0; step < steps; ++step) {
     const int stage = static_cast<int>(step & 1);
     QueryRow next;
-    if (step + 1 < steps) {
-      next = load_queries(step + 1, stage ^ 1);
-      commit_async();
-      wait_async<1>();
-    } else {
-      wait_async<0>();
-    }
-    __syncthreads();
+    next_tile(step, steps,
+              [&](int64_t next_i, int next_stage) { next = load_queries(next_i, next_stage); });
     const T* q_tile = q_tiles + stage * kTileElements<D, kQ>;
     const T* do_tile = do_tiles + stage * kTileElements<D, kQ>;
 
