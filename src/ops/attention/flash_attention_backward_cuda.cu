@@ -520,7 +520,7 @@ void flash_attention_backward_cuda(const AttentionShape& shape, const Tensor& q,
                                  parts,
                                  parts > 1 ? ptr<float>(dk_parts) : nullptr,
                                  parts > 1 ? ptr<float>(dv_parts) : nullptr,
-                                 ptr<T>(scratch),
+                                 with_scratch ? ptr<T>(scratch) : nullptr,
                                  ds_rows,
                                  ds_pitch};
       const T* out_rows = ptr<const T>(out) + query_rows * D;
