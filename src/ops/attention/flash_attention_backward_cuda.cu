@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_recompute_kernel(BackwardAr
 
 // dK and dV: a block per 64 key rows of one (b, KV head) and one part of its group's heads,
 // streaming kQ query rows at a time over the part's heads in order, then the visible query
-// tiles in order.
+// tiles in order; with kWriteScratch it also writes dSᵀ to the scratch for the dQ kernel.
 template <int D>
 constexpr int kBackwardQueries = D == 128 ? 32 : 64;
 
@@ -253,7 +253,7 @@ constexpr size_t dkdv_shared_bytes() {
   return (2 * kTileElements<D> + 4 * kTileElements<D, kBackwardQueries<D>>)*sizeof(T);
 }
 
-template <class T, int D>
+template <class T, int D, bool kWriteScratch>
 __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a) {
   constexpr int kQ = kBackwardQueries<D>;
   extern __shared__ __align__(16) unsigned char shared[];
@@ -340,8 +340,14 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
   for (int64_t step = 0; step < steps; ++step) {
     const int stage = static_cast<int>(step & 1);
     QueryRow next;
-    next_tile(step, steps,
-              [&](int64_t next_i, int next_stage) { next = load_queries(next_i, next_stage); });
+    if (step + 1 < steps) {  // next_tile's step, with the next queries' statistics kept
+      next = load_queries(step + 1, stage ^ 1);
+      commit_async();
+      wait_async<1>();
+    } else {
+      wait_async<0>();
+    }
+    __syncthreads();
     const T* q_tile = q_tiles + stage * kTileElements<D, kQ>;
     const T* do_tile = do_tiles + stage * kTileElements<D, kQ>;
 
@@ -362,7 +368,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
       }
     weights_times_rows<D, kQ>(dv, p, do_tile, lane);
     weights_times_rows<D, kQ>(dk, ds, q_tile, lane);
-    if (a.ds != nullptr) {  // dSᵀ rows of this warp's keys, queries q0.. of the step's head
+    if constexpr (kWriteScratch) {  // dSᵀ rows of this warp's keys, queries q0.. of the step's head
       T* ds_out = a.ds +
                   ((first_bh + step / per_head) * a.ds_rows + j0 + warp * 16 + g) * a.ds_pitch +
                   block_first_query[stage] + 2 * c;
@@ -436,10 +442,16 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
   }
   if (s.B * s.Hkv * s.S > 0) {  // with T = 0 this writes zeros to dK and dV
     const size_t bytes = dkdv_shared_bytes<T, D>();
-    allow_shared_bytes<flash_dkdv_kernel<T, D>>(bytes);
-    flash_dkdv_kernel<T, D><<<dim3(static_cast<unsigned>(s.B * s.Hkv * args.parts),
-                                   static_cast<unsigned>(tiles_of(s.S))),
-                              kThreads, bytes, stream>>>(args);
+    const dim3 grid(static_cast<unsigned>(s.B * s.Hkv * args.parts),
+                    static_cast<unsigned>(tiles_of(s.S)));
+    // Two instantiations, so the loop of the kernel that writes the scratch carries no test.
+    if (args.ds != nullptr) {
+      allow_shared_bytes<flash_dkdv_kernel<T, D, true>>(bytes);
+      flash_dkdv_kernel<T, D, true><<<grid, kThreads, bytes, stream>>>(args);
+    } else {
+      allow_shared_bytes<flash_dkdv_kernel<T, D, false>>(bytes);
+      flash_dkdv_kernel<T, D, false><<<grid, kThreads, bytes, stream>>>(args);
+    }
     CUDA_CHECK_LAUNCH("flash_dkdv_kernel");
     if (args.parts > 1) {
       const int64_t n = s.B * s.Hkv * s.S * D;
