@@ -94,13 +94,7 @@ __device__ __forceinline__ void weights_times_rows(float (&acc)[D / 8][4],
                            pack_pair<T>(w[2 * kk][2], w[2 * kk][3]),
                            pack_pair<T>(w[2 * kk + 1][0], w[2 * kk + 1][1]),
                            pack_pair<T>(w[2 * kk + 1][2], w[2 * kk + 1][3])};
-#pragma unroll
-    for (int pair = 0; pair < D / 16; ++pair) {
-      uint32_t b[2][2];
-      load_b_pair_transposed(b, tile, kStride<D>, kk * 16, pair * 16, lane);
-      mma_16816<T>(acc[2 * pair], a, b[0]);
-      mma_16816<T>(acc[2 * pair + 1], a, b[1]);
-    }
+    fragment_times_rows<D>(acc, a, tile, kk * 16, lane);
   }
 }
 
@@ -160,28 +154,88 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BackwardArgs<T> a) {
 
   for (int64_t tile = 0; tile < key_tiles; ++tile) {
     const int stage = static_cast<int>(tile & 1);
-    if (tile + 1 < key_tiles) {
-      load_keys(tile + 1, stage ^ 1);
-      commit_async();
-      wait_async<1>();
-    } else {
-      wait_async<0>();
-    }
-    __syncthreads();
+    next_tile(tile, key_tiles, load_keys);
     const T* k_tile = k_tiles + stage * kTileElements<D>;
     const T* ds_tile = ds_tiles + stage * kTileElements<kTileRows>;
 #pragma unroll
     for (int kk = 0; kk < kTileRows / 16; ++kk) {  // 16 keys at a time
       uint32_t a_frag[4];                          // dS rows warp·16.. (queries) × keys kk·16..
       load_a_transposed(a_frag, ds_tile, kStride<kTileRows>, warp * 16, kk * 16, lane);
-#pragma unroll
-      for (int pair = 0; pair < D / 16; ++pair) {
-        uint32_t b[2][2];
-        load_b_pair_transposed(b, k_tile, kStride<D>, kk * 16, pair * 16, lane);
-        mma_16816<T>(dq[2 * pair], a_frag, b[0]);
-        mma_16816<T>(dq[2 * pair + 1], a_frag, b[1]);
-      }
+      fragment_times_rows<D>(dq, a_frag, k_tile, kk * 16, lane);
     }
+    __syncthreads();
+  }
+  wait_async<0>();
+  store_rows<D>(a.dq + bh * s.T * D, dq, s.scale, t0 + warp * 16, s.T, g, c);
+}
+
+// dQ without the scratch (a single (b, KV head) pair would need more than kScratchBytes): a
+// block per 64 query rows of one (b, h), streaming the visible key tiles and recomputing S,
+// P and dP from Q, dO, K, V, lse and delta.
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads) flash_dq_recompute_kernel(BackwardArgs<T> a) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  T* q_tile = reinterpret_cast<T*>(shared);  // (64, D + 8)
+  T* do_tile = q_tile + kTileElements<D>;    // (64, D + 8)
+  T* k_tiles = do_tile + kTileElements<D>;   // 2 × (64, D + 8)
+  T* v_tiles = k_tiles + 2 * kTileElements<D>;
+  __shared__ int64_t key_pos[2][kTileRows];
+
+  const FlashShape& s = a.shape;
+  const int64_t bh = blockIdx.x;
+  const int64_t kv = (bh / s.H) * s.Hkv + (bh % s.H) / (s.H / s.Hkv);
+  const int64_t t0 = (static_cast<int64_t>(gridDim.y) - 1 - blockIdx.y) * kTileRows;
+  const T* k = a.k + kv * s.S * D;  // (S, D)
+  const T* v = a.v + kv * s.S * D;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int64_t key_tiles = key_tiles_end(s, t0);
+
+  const auto load_keys = [&](int64_t tile, int stage) {
+    const int64_t j0 = tile * kTileRows;
+    load_tile_async<T, D>(k_tiles + stage * kTileElements<D>, k, j0, s.S);
+    load_tile_async<T, D>(v_tiles + stage * kTileElements<D>, v, j0, s.S);
+    if (threadIdx.x < kTileRows && j0 + threadIdx.x < s.S)
+      key_pos[stage][threadIdx.x] = key_position(s, j0 + threadIdx.x);
+  };
+  load_tile_async<T, D>(q_tile, a.q + bh * s.T * D, t0, s.T);
+  load_tile_async<T, D>(do_tile, a.dout + bh * s.T * D, t0, s.T);
+  if (key_tiles > 0) load_keys(0, 0);
+  commit_async();
+
+  int64_t query_pos[2];
+  float lse[2], delta[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int64_t t = t0 + warp * 16 + g + 8 * i;
+    const bool real = t < s.T;
+    query_pos[i] = real ? query_position(s, t) : 0;
+    lse[i] = real ? a.lse[bh * s.T + t] : INFINITY;
+    delta[i] = real ? a.delta[bh * s.T + t] : 0.0f;
+  }
+  float dq[D / 8][4] = {};
+
+  for (int64_t tile = 0; tile < key_tiles; ++tile) {
+    const int stage = static_cast<int>(tile & 1);
+    next_tile(tile, key_tiles, load_keys);
+    const T* k_tile = k_tiles + stage * kTileElements<D>;
+    const T* v_tile = v_tiles + stage * kTileElements<D>;
+    const int64_t j0 = tile * kTileRows;
+
+    float p[8][4] = {};  // S, then P, then dS: 16 queries × 64 keys per warp
+    rows_times_rows<D, 64>(p, q_tile, k_tile, warp, lane);
+    float dp[8][4] = {};  // dO·Vᵀ
+    rows_times_rows<D, 64>(dp, do_tile, v_tile, warp, lane);
+    const bool masked = tile_needs_mask(s, t0, j0);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e / 2, j = nt * 8 + 2 * c + (e & 1);
+        const bool seen = !masked || (j0 + j < s.S && visible(s, query_pos[i], key_pos[stage][j]));
+        const float prob = seen ? exp2f(p[nt][e] * s.scale_log2 - lse[i]) : 0.0f;
+        p[nt][e] = prob * (dp[nt][e] - delta[i]);
+      }
+    weights_times_rows<D, 64>(dq, p, k_tile, lane);
     __syncthreads();
   }
   wait_async<0>();
@@ -190,7 +244,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BackwardArgs<T> a) {
 
 // dK and dV: a block per 64 key rows of one (b, KV head) and one part of its group's heads,
 // streaming kQ query rows at a time over the part's heads in order, then the visible query
-// tiles in order.
+// tiles in order; with kWriteScratch it also writes dSᵀ to the scratch for the dQ kernel.
 template <int D>
 constexpr int kBackwardQueries = D == 128 ? 32 : 64;
 
@@ -199,7 +253,7 @@ constexpr size_t dkdv_shared_bytes() {
   return (2 * kTileElements<D> + 4 * kTileElements<D, kBackwardQueries<D>>)*sizeof(T);
 }
 
-template <class T, int D>
+template <class T, int D, bool kWriteScratch>
 __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a) {
   constexpr int kQ = kBackwardQueries<D>;
   extern __shared__ __align__(16) unsigned char shared[];
@@ -286,7 +340,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
   for (int64_t step = 0; step < steps; ++step) {
     const int stage = static_cast<int>(step & 1);
     QueryRow next;
-    if (step + 1 < steps) {
+    if (step + 1 < steps) {  // next_tile's step, with the next queries' statistics kept
       next = load_queries(step + 1, stage ^ 1);
       commit_async();
       wait_async<1>();
@@ -314,16 +368,17 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
       }
     weights_times_rows<D, kQ>(dv, p, do_tile, lane);
     weights_times_rows<D, kQ>(dk, ds, q_tile, lane);
-    // dSᵀ rows of this warp's keys, queries q0.. of the step's head, rounded as above.
-    T* ds_out = a.ds +
-                ((first_bh + step / per_head) * a.ds_rows + j0 + warp * 16 + g) * a.ds_pitch +
-                block_first_query[stage] + 2 * c;
+    if constexpr (kWriteScratch) {  // dSᵀ rows of this warp's keys, queries q0.. of the step's head
+      T* ds_out = a.ds +
+                  ((first_bh + step / per_head) * a.ds_rows + j0 + warp * 16 + g) * a.ds_pitch +
+                  block_first_query[stage] + 2 * c;
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+      for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int nt = 0; nt < kQ / 8; ++nt)
-        *reinterpret_cast<uint32_t*>(ds_out + 8 * i * a.ds_pitch + nt * 8) =
-            pack_pair<T>(ds[nt][2 * i], ds[nt][2 * i + 1]);
+        for (int nt = 0; nt < kQ / 8; ++nt)
+          *reinterpret_cast<uint32_t*>(ds_out + 8 * i * a.ds_pitch + nt * 8) =
+              pack_pair<T>(ds[nt][2 * i], ds[nt][2 * i + 1]);
+    }
     if (step + 1 < steps) publish(next, stage ^ 1);  // the stage no warp reads now
     __syncthreads();
   }
@@ -373,8 +428,8 @@ int dkdv_parts(const FlashShape& s) {
   return static_cast<int>(group);
 }
 
-// The kernels in order over one chunk: delta, dK/dV (which writes the dS scratch), the sum of
-// the parts, dQ (which reads it).
+// The kernels in order over one chunk: delta, dK/dV (which writes the dS scratch when there
+// is one), the sum of the parts, dQ (which reads it, or recomputes dS without it).
 template <class T, int D>
 void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cudaStream_t stream) {
   const FlashShape& s = args.shape;
@@ -387,10 +442,16 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
   }
   if (s.B * s.Hkv * s.S > 0) {  // with T = 0 this writes zeros to dK and dV
     const size_t bytes = dkdv_shared_bytes<T, D>();
-    allow_shared_bytes<flash_dkdv_kernel<T, D>>(bytes);
-    flash_dkdv_kernel<T, D><<<dim3(static_cast<unsigned>(s.B * s.Hkv * args.parts),
-                                   static_cast<unsigned>(tiles_of(s.S))),
-                              kThreads, bytes, stream>>>(args);
+    const dim3 grid(static_cast<unsigned>(s.B * s.Hkv * args.parts),
+                    static_cast<unsigned>(tiles_of(s.S)));
+    // Two instantiations, so the loop of the kernel that writes the scratch carries no test.
+    if (args.ds != nullptr) {
+      allow_shared_bytes<flash_dkdv_kernel<T, D, true>>(bytes);
+      flash_dkdv_kernel<T, D, true><<<grid, kThreads, bytes, stream>>>(args);
+    } else {
+      allow_shared_bytes<flash_dkdv_kernel<T, D, false>>(bytes);
+      flash_dkdv_kernel<T, D, false><<<grid, kThreads, bytes, stream>>>(args);
+    }
     CUDA_CHECK_LAUNCH("flash_dkdv_kernel");
     if (args.parts > 1) {
       const int64_t n = s.B * s.Hkv * s.S * D;
@@ -401,18 +462,23 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
       CUDA_CHECK_LAUNCH("flash_sum_parts_kernel");
     }
   }
-  if (rows > 0) {
+  const dim3 dq_grid(static_cast<unsigned>(s.B * s.H), static_cast<unsigned>(tiles_of(s.T)));
+  if (rows > 0 && args.ds != nullptr) {
     const size_t bytes = dq_shared_bytes<T, D>();
     allow_shared_bytes<flash_dq_kernel<T, D>>(bytes);
-    flash_dq_kernel<T, D>
-        <<<dim3(static_cast<unsigned>(s.B * s.H), static_cast<unsigned>(tiles_of(s.T))), kThreads,
-           bytes, stream>>>(args);
+    flash_dq_kernel<T, D><<<dq_grid, kThreads, bytes, stream>>>(args);
     CUDA_CHECK_LAUNCH("flash_dq_kernel");
+  } else if (rows > 0) {
+    const size_t bytes = static_cast<size_t>(6 * kTileElements<D>) * sizeof(T);
+    allow_shared_bytes<flash_dq_recompute_kernel<T, D>>(bytes);
+    flash_dq_recompute_kernel<T, D><<<dq_grid, kThreads, bytes, stream>>>(args);
+    CUDA_CHECK_LAUNCH("flash_dq_recompute_kernel");
   }
 }
 
-// The dS scratch of one chunk stays under this many bytes unless a single (b, KV head) needs
-// more (B8 H14 KV2 T1024: 235 MB, one chunk; T 8192 with a group of 2: 268 MB a chunk).
+// The dS scratch of one chunk stays under this many bytes (B8 H14 KV2 T1024: 235 MB, one
+// chunk; T 8192 with a group of 2: 268 MB a pair, two pairs a chunk). Where a single
+// (b, KV head) pair would need more, there is no scratch and dQ recomputes dS.
 constexpr int64_t kScratchBytes = int64_t{512} << 20;
 
 }  // namespace
@@ -428,13 +494,15 @@ void flash_attention_backward_cuda(const AttentionShape& shape, const Tensor& q,
   const int64_t ds_rows = tiles_of(whole.S) * kTileRows, ds_pitch = tiles_of(whole.T) * kTileRows;
   const int64_t unit_bytes =
       group * ds_rows * ds_pitch * static_cast<int64_t>(dtype_size(q.dtype()));
+  const bool with_scratch = unit_bytes <= kScratchBytes;
   const int64_t per_chunk =
-      unit_bytes == 0 ? units : std::max<int64_t>(1, std::min(units, kScratchBytes / unit_bytes));
+      !with_scratch || unit_bytes == 0 ? units : std::min(units, kScratchBytes / unit_bytes);
   // delta (B, H, T) F32 and the scratch (per_chunk·group, ds_rows, ds_pitch), from the
   // stream-ordered allocator: freed on return, reused only by later work on the same stream.
   const Tensor delta = Tensor::empty({whole.B, whole.H, whole.T}, DType::F32, q.device());
-  const Tensor scratch =
-      Tensor::empty({per_chunk * group, ds_rows, ds_pitch}, q.dtype(), q.device());
+  Tensor scratch;
+  if (with_scratch)
+    scratch = Tensor::empty({per_chunk * group, ds_rows, ds_pitch}, q.dtype(), q.device());
   const auto run = [&](auto tag) {
     using T = decltype(tag);
     for (int64_t u0 = 0; u0 < units; u0 += per_chunk) {
@@ -464,7 +532,7 @@ void flash_attention_backward_cuda(const AttentionShape& shape, const Tensor& q,
                                  parts,
                                  parts > 1 ? ptr<float>(dk_parts) : nullptr,
                                  parts > 1 ? ptr<float>(dv_parts) : nullptr,
-                                 ptr<T>(scratch),
+                                 with_scratch ? ptr<T>(scratch) : nullptr,
                                  ds_rows,
                                  ds_pitch};
       const T* out_rows = ptr<const T>(out) + query_rows * D;

@@ -77,14 +77,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(ForwardArgs<T> 
 
   for (int64_t tile = 0; tile < key_tiles; ++tile) {
     const int stage = static_cast<int>(tile & 1);
-    if (tile + 1 < key_tiles) {
-      load_keys(tile + 1, stage ^ 1);
-      commit_async();
-      wait_async<1>();
-    } else {
-      wait_async<0>();
-    }
-    __syncthreads();
+    next_tile(tile, key_tiles, load_keys);
     if (tile == 0)
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks)
@@ -148,13 +141,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(ForwardArgs<T> 
                              pack_pair<T>(sc[2 * kk][2], sc[2 * kk][3]),
                              pack_pair<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
                              pack_pair<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
-#pragma unroll
-      for (int pair = 0; pair < D / 16; ++pair) {
-        uint32_t b[2][2];
-        load_b_pair_transposed(b, v_tile, kStride<D>, kk * 16, pair * 16, lane);
-        mma_16816<T>(o[2 * pair], p, b[0]);
-        mma_16816<T>(o[2 * pair + 1], p, b[1]);
-      }
+      fragment_times_rows<D>(o, p, v_tile, kk * 16, lane);
     }
     __syncthreads();  // the next iteration's load reuses this stage
   }

@@ -124,6 +124,21 @@ __device__ __forceinline__ void load_b_pair_transposed(uint32_t (&b)[2][2], cons
   b[1][1] = r[3];
 }
 
+// acc[nt] += A · rows [k0, k0 + 16) of a shared (·, D + 8) tile, over its D columns: a warp's
+// 16 × 16 A fragment (16 of its rows against 16 of the tile's rows) times those rows, as P·V
+// and dS·K use it.
+template <int D, class T>
+__device__ __forceinline__ void fragment_times_rows(float (&acc)[D / 8][4], const uint32_t (&a)[4],
+                                                    const T* tile, int k0, int lane) {
+#pragma unroll
+  for (int pair = 0; pair < D / 16; ++pair) {
+    uint32_t b[2][2];
+    load_b_pair_transposed(b, tile, D + 8, k0, pair * 16, lane);
+    mma_16816<T>(acc[2 * pair], a, b[0]);
+    mma_16816<T>(acc[2 * pair + 1], a, b[1]);
+  }
+}
+
 // 16 bytes global → shared without passing through registers; with valid false the 16 bytes
 // are zero-filled and nothing is read.
 __device__ __forceinline__ void copy16_async(void* shared, const void* global, bool valid) {
@@ -137,6 +152,21 @@ __device__ __forceinline__ void commit_async() { asm volatile("cp.async.commit_g
 template <int pending>
 __device__ __forceinline__ void wait_async() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+}
+
+// One step of a double-buffered stream of tiles: starts loading tile i + 1 into the other
+// stage with load(i + 1, stage) (cp.async copies, committed here as one group), then waits
+// until tile i, committed earlier, is in shared memory for every thread of the block.
+template <class Load>
+__device__ __forceinline__ void next_tile(int64_t i, int64_t tiles, Load&& load) {
+  if (i + 1 < tiles) {
+    load(i + 1, static_cast<int>((i + 1) & 1));
+    commit_async();
+    wait_async<1>();
+  } else {
+    wait_async<0>();
+  }
+  __syncthreads();
 }
 
 // The tile geometry shared by the kernels: 64-row tiles of queries or keys, 4 warps of 16
