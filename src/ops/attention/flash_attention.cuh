@@ -60,6 +60,22 @@ __host__ __device__ inline int64_t key_tiles_end(const FlashShape& s, int64_t t0
   return tiles_of(last_key + 1 < s.S ? last_key + 1 : s.S);
 }
 
+// Starts the asynchronous loads of key and value tile `tile` (rows tile·64.., zero rows past
+// S) into stage `stage` of k_tiles and v_tiles (2 × (64, D + 8) each), and stores the tile's
+// key positions into key_pos[stage]. k, v: (S, D). Shared by the forward and the dQ kernel
+// that recomputes dS, which stream the same tiles.
+template <class T, int D>
+__device__ __forceinline__ void load_key_value_tile(T* k_tiles, T* v_tiles,
+                                                    int64_t (&key_pos)[2][kTileRows], const T* k,
+                                                    const T* v, const FlashShape& s, int64_t tile,
+                                                    int stage) {
+  const int64_t j0 = tile * kTileRows;
+  load_tile_async<T, D>(k_tiles + stage * kTileElements<D>, k, j0, s.S);
+  load_tile_async<T, D>(v_tiles + stage * kTileElements<D>, v, j0, s.S);
+  if (threadIdx.x < kTileRows && j0 + threadIdx.x < s.S)
+    key_pos[stage][threadIdx.x] = key_position(s, j0 + threadIdx.x);
+}
+
 // The first block of `rows` queries (blocks [begin, ⌈T / rows⌉)) that sees the key tile
 // starting at j0: the same rule seen from the key side.
 __host__ __device__ inline int64_t query_blocks_begin(const FlashShape& s, int64_t j0, int rows) {

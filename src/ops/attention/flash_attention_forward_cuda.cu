@@ -54,11 +54,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(ForwardArgs<T> 
   const int64_t key_tiles = key_tiles_end(s, t0);
 
   const auto load_keys = [&](int64_t tile, int stage) {
-    const int64_t j0 = tile * kTileRows;
-    load_tile_async<T, D>(k_tiles + stage * kTileElements<D>, k, j0, s.S);
-    load_tile_async<T, D>(v_tiles + stage * kTileElements<D>, v, j0, s.S);
-    if (threadIdx.x < kTileRows && j0 + threadIdx.x < s.S)
-      key_pos[stage][threadIdx.x] = key_position(s, j0 + threadIdx.x);
+    load_key_value_tile<T, D>(k_tiles, v_tiles, key_pos, k, v, s, tile, stage);
   };
   load_tile_async<T, D>(q_tile, q, t0, s.T);
   if (key_tiles > 0) load_keys(0, 0);
