@@ -173,6 +173,11 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BackwardArgs<T> a) {
 // block per 64 query rows of one (b, h), streaming the visible key tiles and recomputing S,
 // P and dP from Q, dO, K, V, lse and delta.
 template <class T, int D>
+constexpr size_t dq_recompute_shared_bytes() {  // Q, dO, 2 stages of K and of V
+  return 6 * kTileElements<D> * sizeof(T);
+}
+
+template <class T, int D>
 __global__ void __launch_bounds__(kThreads) flash_dq_recompute_kernel(BackwardArgs<T> a) {
   extern __shared__ __align__(16) unsigned char shared[];
   T* q_tile = reinterpret_cast<T*>(shared);  // (64, D + 8)
@@ -465,7 +470,7 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
     flash_dq_kernel<T, D><<<dq_grid, kThreads, bytes, stream>>>(args);
     CUDA_CHECK_LAUNCH("flash_dq_kernel");
   } else if (rows > 0) {
-    const size_t bytes = static_cast<size_t>(6 * kTileElements<D>) * sizeof(T);
+    const size_t bytes = dq_recompute_shared_bytes<T, D>();
     allow_shared_bytes<flash_dq_recompute_kernel<T, D>>(bytes);
     flash_dq_recompute_kernel<T, D><<<dq_grid, kThreads, bytes, stream>>>(args);
     CUDA_CHECK_LAUNCH("flash_dq_recompute_kernel");

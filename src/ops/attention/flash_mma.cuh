@@ -124,21 +124,6 @@ __device__ __forceinline__ void load_b_pair_transposed(uint32_t (&b)[2][2], cons
   b[1][1] = r[3];
 }
 
-// acc[nt] += A · rows [k0, k0 + 16) of a shared (·, D + 8) tile, over its D columns: a warp's
-// 16 × 16 A fragment (16 of its rows against 16 of the tile's rows) times those rows, as P·V
-// and dS·K use it.
-template <int D, class T>
-__device__ __forceinline__ void fragment_times_rows(float (&acc)[D / 8][4], const uint32_t (&a)[4],
-                                                    const T* tile, int k0, int lane) {
-#pragma unroll
-  for (int pair = 0; pair < D / 16; ++pair) {
-    uint32_t b[2][2];
-    load_b_pair_transposed(b, tile, D + 8, k0, pair * 16, lane);
-    mma_16816<T>(acc[2 * pair], a, b[0]);
-    mma_16816<T>(acc[2 * pair + 1], a, b[1]);
-  }
-}
-
 // 16 bytes global → shared without passing through registers; with valid false the 16 bytes
 // are zero-filled and nothing is read.
 __device__ __forceinline__ void copy16_async(void* shared, const void* global, bool valid) {
@@ -179,6 +164,21 @@ template <int D>
 constexpr int kStride = D + 8;  // elements per shared row
 template <int D, int kRows = kTileRows>
 constexpr int kTileElements = kRows* kStride<D>;
+
+// acc[nt] += A · rows [k0, k0 + 16) of a shared (·, D + 8) tile, over its D columns: a warp's
+// 16 × 16 A fragment (16 of its rows against 16 of the tile's rows) times those rows, as P·V
+// and dS·K use it.
+template <int D, class T>
+__device__ __forceinline__ void fragment_times_rows(float (&acc)[D / 8][4], const uint32_t (&a)[4],
+                                                    const T* tile, int k0, int lane) {
+#pragma unroll
+  for (int pair = 0; pair < D / 16; ++pair) {
+    uint32_t b[2][2];
+    load_b_pair_transposed(b, tile, kStride<D>, k0, pair * 16, lane);
+    mma_16816<T>(acc[2 * pair], a, b[0]);
+    mma_16816<T>(acc[2 * pair + 1], a, b[1]);
+  }
+}
 
 // Starts the copy of rows [row0, row0 + kRows) of a dense (rows, D) matrix into a shared
 // tile; rows at or past `rows` become zeros. Called by all kThreads threads; commits nothing.
