@@ -87,9 +87,9 @@ __global__ void __launch_bounds__(kGroupThreads)
     unit_kernel(const bf16* a, const bf16* b, const bf16* v, float* c1, float* c2) {
   __shared__ __align__(1024) uint8_t a_tile[64 * 128], b_tile[64 * 128], v_tile[64 * 128];
   const int t = threadIdx.x, warp = t / kWarp, lane = t % kWarp, g = lane / 4, c = lane % 4;
-  load_tile<64>(a_tile, a, 64, t, kGroupThreads);
-  load_tile<64>(b_tile, b, 64, t, kGroupThreads);
-  load_tile<64>(v_tile, v, 64, t, kGroupThreads);
+  load_tile<64>(a_tile, a, 64, 64, t, kGroupThreads);
+  load_tile<64>(b_tile, b, 64, 64, t, kGroupThreads);
+  load_tile<64>(v_tile, v, 64, 64, t, kGroupThreads);
   cp_async_commit();
   cp_async_wait<0>();
   fence_async_shared();
@@ -286,8 +286,8 @@ struct Tiles {
   // Starts the copies of key tile j's K and V (a cp.async group is committed by the caller).
   __device__ void load(int j, const bf16* k_rows, const bf16* v_rows) const {
     const int64_t at = static_cast<int64_t>(j) * kKeys * D;
-    load_tile<D>(k(j), k_rows + at, kKeys, threadIdx.x, kThreads);
-    load_tile<D>(v(j), v_rows + at, kKeys, threadIdx.x, kThreads);
+    load_tile<D>(k(j), k_rows + at, kKeys, D, threadIdx.x, kThreads);
+    load_tile<D>(v(j), v_rows + at, kKeys, D, threadIdx.x, kThreads);
   }
 };
 
@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Work w = work_of(H, KV, T);
   const bf16* k_rows = k + w.kv_row0 * D;  // (T, D)
   const bf16* v_rows = v + w.kv_row0 * D;  // (T, D)
-  load_tile<D>(tiles.q(), q + w.q_row0 * D, kBlockRows, threadIdx.x, kThreads);
+  load_tile<D>(tiles.q(), q + w.q_row0 * D, kBlockRows, D, threadIdx.x, kThreads);
   tiles.load(0, k_rows, v_rows);
   cp_async_commit();
   if (w.tiles > 1) tiles.load(1, k_rows, v_rows);
@@ -352,7 +352,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Work w = work_of(H, KV, T);
   const bf16* k_rows = k + w.kv_row0 * D;  // (T, D)
   const bf16* v_rows = v + w.kv_row0 * D;  // (T, D)
-  load_tile<D>(tiles.q(), q + w.q_row0 * D, kBlockRows, threadIdx.x, kThreads);
+  load_tile<D>(tiles.q(), q + w.q_row0 * D, kBlockRows, D, threadIdx.x, kThreads);
   tiles.load(0, k_rows, v_rows);
   cp_async_commit();
   if (w.tiles > 1) tiles.load(1, k_rows, v_rows);

@@ -165,15 +165,15 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-// Copies `rows` rows of D from global (row stride D) into a swizzled tile, 16 bytes a thread
-// at a time, by `threads` threads.
-template <int D>
+// Copies `rows` rows of kCols elements from global (rows `stride` elements apart) into a
+// swizzled tile, 16 bytes a thread at a time, by `threads` threads.
+template <int kCols>
 __device__ __forceinline__ void load_tile(uint8_t* tile, const __nv_bfloat16* global, int rows,
-                                          int thread, int threads) {
-  constexpr int kChunks = D / 8;  // 16-byte chunks of a row
+                                          int64_t stride, int thread, int threads) {
+  constexpr int kChunks = kCols / 8;  // 16-byte chunks of a row
   for (int i = thread; i < rows * kChunks; i += threads) {
     const int row = i / kChunks, col = (i % kChunks) * 8;
-    cp_async16(tile + tile_offset(row, col, rows), global + static_cast<int64_t>(row) * D + col);
+    cp_async16(tile + tile_offset(row, col, rows), global + row * stride + col);
   }
 }
 
