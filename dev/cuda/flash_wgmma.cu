@@ -136,6 +136,8 @@ template <int D>
 struct Layout {
   static constexpr int kQBytes = kBlockRows * D * 2;
   static constexpr int kTileBytes = kKeys * D * 2;  // one K or V tile
+  static_assert(kQBytes % 1024 == 0 && kTileBytes % 1024 == 0,
+                "swizzled tiles start 1,024-aligned");
   template <int kStages>
   static constexpr int bytes() {
     return kQBytes + 2 * kStages * kTileBytes + 1024;  // + alignment to 1,024

@@ -100,12 +100,15 @@ void backward_cpu(const std::vector<float>& q, const std::vector<float>& k,
 
 // ---- dK / dV -------------------------------------------------------------------------------
 
-// Shared memory: K and V (kKeyBlock, D), then 2 stages of Q and dO (kQueryTile, D) and of the
-// tile's lse (log2 units) and delta (kQueryTile F32 each).
+// Shared memory: K and V (kKeyBlock, D), 2 stages of Q and dO (kQueryTile, D) — every tile
+// 1,024-byte aligned — then 2 stages of the tile's lse (log2 units) and delta (kQueryTile F32
+// each).
 constexpr int kKBytes = kKeyBlock * D * 2;
 constexpr int kQBytes = kQueryTile * D * 2;
-constexpr int kStageBytes = 2 * kQBytes + 2 * kQueryTile * 4;
-constexpr int kDkDvShared = 2 * kKBytes + 2 * kStageBytes + 1024;
+constexpr int kStageBytes = 2 * kQBytes;
+constexpr int kRowStatsBytes = 2 * kQueryTile * 4;
+constexpr int kDkDvShared = 2 * kKBytes + 2 * kStageBytes + 2 * kRowStatsBytes + 1024;
+static_assert(kKBytes % 1024 == 0 && kQBytes % 1024 == 0, "swizzled tiles start 1,024-aligned");
 
 __device__ __forceinline__ uint8_t* aligned_1024(uint8_t* raw) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) &
@@ -124,7 +127,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* v_tile = base + kKBytes;
   auto q_tile = [&](int i) { return base + 2 * kKBytes + (i % 2) * kStageBytes; };
   auto do_tile = [&](int i) { return q_tile(i) + kQBytes; };
-  auto lse_tile = [&](int i) { return reinterpret_cast<float*>(q_tile(i) + 2 * kQBytes); };
+  auto lse_tile = [&](int i) {
+    return reinterpret_cast<float*>(base + 2 * kKBytes + 2 * kStageBytes +
+                                    (i % 2) * kRowStatsBytes);
+  };
   auto delta_tile = [&](int i) { return lse_tile(i) + kQueryTile; };
 
   const int key_block = T / kKeyBlock - 1 - static_cast<int>(blockIdx.x);  // longest first
@@ -257,6 +263,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 constexpr int kDsBytes = kKeyTile * kQueryBlock * 2;
 constexpr int kKTileBytes = kKeyTile * D * 2;
 constexpr int kDqShared = 2 * (kDsBytes + kKTileBytes) + 1024;
+static_assert(kDsBytes % 1024 == 0 && kKTileBytes % 1024 == 0,
+              "swizzled tiles start 1,024-aligned");
 
 // Grid (T / kQueryBlock, H, B), kThreads threads, kDqShared bytes.
 __global__ void __launch_bounds__(kThreads, 1)
