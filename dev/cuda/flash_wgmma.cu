@@ -276,23 +276,38 @@ __device__ __forceinline__ void write_output(float (&acc)[D / 2], float (&row_su
   }
 }
 
-// Shared memory of a block: Q (kBlockRows, D), then kStages × (K, V) tiles of (kKeys, D).
+// Shared memory of a block: Q (kBlockRows, D), then kStages × (K, V) tiles of (kKeys, D), and
+// where the block's K and V rows come from.
 template <int D, int kStages>
 struct Tiles {
   uint8_t* base;
-  __device__ explicit Tiles(uint8_t* raw)
+  const bf16* k_rows;  // (T, D) of the block's KV head
+  const bf16* v_rows;  // (T, D)
+  __device__ Tiles(uint8_t* raw, const bf16* k, const bf16* v, const Work& w)
       : base(reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) &
-                                        ~static_cast<uintptr_t>(1023))) {}
+                                        ~static_cast<uintptr_t>(1023))),
+        k_rows(k + w.kv_row0 * D),
+        v_rows(v + w.kv_row0 * D) {}
   __device__ uint8_t* q() const { return base; }
+  // Warpgroup `group`'s 64 query rows (in each atom).
+  __device__ const uint8_t* q_group(int group) const { return base + group * kGroupRows * 128; }
   __device__ uint8_t* k(int j) const {
     return base + Layout<D>::kQBytes + (j % kStages) * 2 * Layout<D>::kTileBytes;
   }
   __device__ uint8_t* v(int j) const { return k(j) + Layout<D>::kTileBytes; }
   // Starts the copies of key tile j's K and V (a cp.async group is committed by the caller).
-  __device__ void load(int j, const bf16* k_rows, const bf16* v_rows) const {
+  __device__ void load(int j) const {
     const int64_t at = static_cast<int64_t>(j) * kKeys * D;
     load_tile<D>(k(j), k_rows + at, kKeys, D, threadIdx.x, kThreads);
     load_tile<D>(v(j), v_rows + at, kKeys, D, threadIdx.x, kThreads);
+  }
+  // Q and key tile 0 as one cp.async group, key tile 1 (if any) as the next.
+  __device__ void start(const bf16* q, const Work& w) const {
+    load_tile<D>(this->q(), q + w.q_row0 * D, kBlockRows, D, threadIdx.x, kThreads);
+    load(0);
+    cp_async_commit();
+    if (w.tiles > 1) load(1);
+    cp_async_commit();
   }
 };
 
@@ -305,16 +320,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                      const bf16* __restrict__ v, bf16* __restrict__ o, float* __restrict__ lse,
                      int H, int KV, int T, float scale_log2) {
   extern __shared__ uint8_t shared_raw[];
-  const Tiles<D, 2> tiles(shared_raw);
   const Work w = work_of(H, KV, T);
-  const bf16* k_rows = k + w.kv_row0 * D;  // (T, D)
-  const bf16* v_rows = v + w.kv_row0 * D;  // (T, D)
-  load_tile<D>(tiles.q(), q + w.q_row0 * D, kBlockRows, D, threadIdx.x, kThreads);
-  tiles.load(0, k_rows, v_rows);
-  cp_async_commit();
-  if (w.tiles > 1) tiles.load(1, k_rows, v_rows);
-  cp_async_commit();
-  const uint8_t* q_group = tiles.q() + w.group * kGroupRows * 128;  // the group's rows per atom
+  const Tiles<D, 2> tiles(shared_raw, k, v, w);
+  tiles.start(q, w);
+  const uint8_t* q_group = tiles.q_group(w.group);
   float acc[D / 2];  // O (64, D), the accumulator layout of s
 #pragma unroll
   for (int e = 0; e < D / 2; ++e) acc[e] = 0.0f;
@@ -335,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<0>();
     fence_registers(acc);
     __syncthreads();  // every warpgroup is done with this stage's K and V
-    if (j + 2 < w.tiles) tiles.load(j + 2, k_rows, v_rows);
+    if (j + 2 < w.tiles) tiles.load(j + 2);
     cp_async_commit();  // possibly empty: one group per tile for the wait above
   }
   write_output<D>(acc, row_sum, row_max, w, o, lse);
@@ -353,16 +362,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                      const bf16* __restrict__ v, bf16* __restrict__ o, float* __restrict__ lse,
                      int H, int KV, int T, float scale_log2) {
   extern __shared__ uint8_t shared_raw[];
-  const Tiles<D, 3> tiles(shared_raw);
   const Work w = work_of(H, KV, T);
-  const bf16* k_rows = k + w.kv_row0 * D;  // (T, D)
-  const bf16* v_rows = v + w.kv_row0 * D;  // (T, D)
-  load_tile<D>(tiles.q(), q + w.q_row0 * D, kBlockRows, D, threadIdx.x, kThreads);
-  tiles.load(0, k_rows, v_rows);
-  cp_async_commit();
-  if (w.tiles > 1) tiles.load(1, k_rows, v_rows);
-  cp_async_commit();
-  const uint8_t* q_group = tiles.q() + w.group * kGroupRows * 128;
+  const Tiles<D, 3> tiles(shared_raw, k, v, w);
+  tiles.start(q, w);
+  const uint8_t* q_group = tiles.q_group(w.group);
   float acc[D / 2];
 #pragma unroll
   for (int e = 0; e < D / 2; ++e) acc[e] = 0.0f;
@@ -387,7 +390,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     scale_rows(acc, alpha);
     pack_probabilities(s, p);
     __syncthreads();  // every warpgroup is done with tile j - 1's V (and tile j's K)
-    if (j + 2 < w.tiles) tiles.load(j + 2, k_rows, v_rows);
+    if (j + 2 < w.tiles) tiles.load(j + 2);
     cp_async_commit();
   }
   issue_values<D>(acc, p, tiles.v(w.tiles - 1));
