@@ -284,10 +284,7 @@ struct Tiles {
   const bf16* k_rows;  // (T, D) of the block's KV head
   const bf16* v_rows;  // (T, D)
   __device__ Tiles(uint8_t* raw, const bf16* k, const bf16* v, const Work& w)
-      : base(reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) &
-                                        ~static_cast<uintptr_t>(1023))),
-        k_rows(k + w.kv_row0 * D),
-        v_rows(v + w.kv_row0 * D) {}
+      : base(align_to_tiles(raw)), k_rows(k + w.kv_row0 * D), v_rows(v + w.kv_row0 * D) {}
   __device__ uint8_t* q() const { return base; }
   // Warpgroup `group`'s 64 query rows (in each atom).
   __device__ const uint8_t* q_group(int group) const { return base + group * kGroupRows * 128; }

@@ -110,11 +110,6 @@ constexpr int kRowStatsBytes = 2 * kQueryTile * 4;
 constexpr int kDkDvShared = 2 * kKBytes + 2 * kStageBytes + 2 * kRowStatsBytes + 1024;
 static_assert(kKBytes % 1024 == 0 && kQBytes % 1024 == 0, "swizzled tiles start 1,024-aligned");
 
-__device__ __forceinline__ uint8_t* aligned_1024(uint8_t* raw) {
-  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) &
-                                    ~static_cast<uintptr_t>(1023));
-}
-
 // Grid (T / kKeyBlock, KV, B), kThreads threads, kDkDvShared bytes.
 __global__ void __launch_bounds__(kThreads, 1)
     dkdv_v1(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
@@ -122,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             const float* __restrict__ delta, bf16* __restrict__ dk, bf16* __restrict__ dv,
             bf16* __restrict__ ds_scratch, int H, int KV, int T, float scale) {
   extern __shared__ uint8_t shared_raw[];
-  uint8_t* base = aligned_1024(shared_raw);
+  uint8_t* base = align_to_tiles(shared_raw);
   uint8_t* k_tile = base;
   uint8_t* v_tile = base + kKBytes;
   auto q_tile = [&](int i) { return base + 2 * kKBytes + (i % 2) * kStageBytes; };
@@ -271,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     dq_v1(const bf16* __restrict__ ds_scratch, const bf16* __restrict__ k, bf16* __restrict__ dq,
           int H, int KV, int T, float scale) {
   extern __shared__ uint8_t shared_raw[];
-  uint8_t* base = aligned_1024(shared_raw);
+  uint8_t* base = align_to_tiles(shared_raw);
   auto ds_tile = [&](int j) { return base + (j % 2) * (kDsBytes + kKTileBytes); };
   auto k_tile = [&](int j) { return ds_tile(j) + kDsBytes; };
   const int block = T / kQueryBlock - 1 - static_cast<int>(blockIdx.x);

@@ -148,6 +148,13 @@ __device__ __forceinline__ uint64_t descriptor(const void* tile, uint32_t leadin
          static_cast<uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32 | 1ull << 62;
 }
 
+// The first 1,024-byte boundary at or after `raw` (dynamic shared memory is only 16-byte
+// aligned; a swizzled tile starts on such a boundary).
+__device__ __forceinline__ uint8_t* align_to_tiles(uint8_t* raw) {
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) &
+                                    ~static_cast<uintptr_t>(1023));
+}
+
 // Byte offset of element (row, col) in a swizzled tile of `rows` rows.
 __host__ __device__ __forceinline__ uint32_t tile_offset(int row, int col, int rows) {
   const int atom = col / kAtomCols, chunk = (col % kAtomCols) / 8;
