@@ -42,6 +42,16 @@ void flash_attention_backward_cuda(const AttentionShape& s, const Tensor& q, con
                                    const Tensor& v, const Tensor& out, const Tensor& lse,
                                    const Tensor& dout, const Tensor& q_pos, const Tensor& k_pos,
                                    const Tensor& dq, const Tensor& dk, const Tensor& dv);
+
+// The forward on Hopper's warpgroup MMA (flash_attention_wgmma_cuda.cu): the contract of
+// flash_attention_forward_cuda for bf16, D 64 or 128, 1 ≤ T ≤ S and default positions on an
+// sm_90 device (`flash_wgmma_forward_applies`). flash_attention_forward_cuda takes it where it
+// applies and MICROLLM_FLASH_WGMMA is 1 (`flash_wgmma_enabled`, read once).
+bool flash_wgmma_enabled();
+bool flash_wgmma_forward_applies(const AttentionShape& s, const Tensor& q, const Tensor& q_pos,
+                                 const Tensor& k_pos);
+void flash_attention_forward_wgmma_cuda(const AttentionShape& s, const Tensor& q, const Tensor& k,
+                                        const Tensor& v, const Tensor& out, const Tensor& lse);
 #endif
 
 }  // namespace microllm::ops
