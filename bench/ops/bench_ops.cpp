@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <iostream>
@@ -222,6 +223,8 @@ Case attention_case(RandomSource& rng, int64_t B, int64_t H, int64_t Hkv, int64_
   c.ceiling_name = "bf16_gemm_tflops";
   c.needs_grad = backward;
   c.notes = "ops::attention, default backend (flash: tensor-core tiles, saves the log-sum-exp)";
+  if (const char* wgmma = std::getenv("MICROLLM_FLASH_WGMMA"); wgmma != nullptr)
+    c.notes += std::string("; MICROLLM_FLASH_WGMMA=") + wgmma + " (1: the wgmma forward)";
   if (!backward) {
     c.input_bytes = es * (q_elems + 2 * kv_elems);
     c.bytes = c.input_bytes + es * q_elems;
