@@ -52,10 +52,10 @@ bool hopper() {
                                           Tensor());
 }
 
-#define REQUIRE_HOPPER()                                                        \
-  do {                                                                          \
-    MICROLLM_REQUIRE_CUDA();                                                    \
-    if (!hopper()) GTEST_SKIP() << "the wgmma forward needs an sm_90 device";   \
+#define REQUIRE_HOPPER()                                                      \
+  do {                                                                        \
+    MICROLLM_REQUIRE_CUDA();                                                  \
+    if (!hopper()) GTEST_SKIP() << "the wgmma forward needs an sm_90 device"; \
   } while (0)
 
 struct Forward {
@@ -94,15 +94,20 @@ TEST(CudaFlashWgmma, MatchesTheCpuReferenceAndTheMmaForward) {
       {1, 16, 2, 5, 77, 128, true},     {1, 2, 1, 129, 129, 64, false},
       {2, 14, 2, 1024, 1024, 64, true}, {1, 16, 8, 640, 640, 128, true}};
   for (const WgmmaCase& c : cases) {
-    const Tensor q = device_bf16({c.B, c.H, c.T, c.D}, 21), k = device_bf16({c.B, c.Hkv, c.S, c.D}, 22),
+    const Tensor q = device_bf16({c.B, c.H, c.T, c.D}, 21),
+                 k = device_bf16({c.B, c.Hkv, c.S, c.D}, 22),
                  v = device_bf16({c.B, c.Hkv, c.S, c.D}, 23);
     const Forward wgmma = run(c, q, k, v, true), mma = run(c, q, k, v, false);
-    ops::AttentionOptions options;
-    options.causal = c.causal;
-    options.backend = ops::AttentionBackend::Reference;
-    const Tensor reference = ops::attention(host_f64(q), host_f64(k), host_f64(v), options);
     // BF16 output rounding and P rounded to BF16 before P · V, as in the mma.sync forward.
-    EXPECT_LT(relative_l2(host_f64(wgmma.out), reference), 1e-2) << describe(c);
+    // The F64 CPU reference for the small cases (the training shapes take the mma.sync
+    // forward, itself tested against the CPU at small shapes, as their reference).
+    if (c.B * c.H * c.T * c.S <= (int64_t{1} << 22)) {
+      ops::AttentionOptions options;
+      options.causal = c.causal;
+      options.backend = ops::AttentionBackend::Reference;
+      const Tensor reference = ops::attention(host_f64(q), host_f64(k), host_f64(v), options);
+      EXPECT_LT(relative_l2(host_f64(wgmma.out), reference), 1e-2) << describe(c);
+    }
     EXPECT_LT(relative_l2(host_f64(wgmma.out), host_f64(mma.out)), 1e-2) << describe(c);
     // Both log-sum-exps are F32 sums of exp2 terms of the same F32 scores in another order.
     EXPECT_LT(max_abs_difference(wgmma.lse, mma.lse), 1e-3) << describe(c);
@@ -121,10 +126,10 @@ TEST(CudaFlashWgmma, AppliesOnlyWhereItComputesTheContract) {
   EXPECT_TRUE(ops::flash_wgmma_forward_applies(shape_of(c), q, Tensor(), Tensor()));
   EXPECT_FALSE(ops::flash_wgmma_forward_applies(shape_of(c), q.to(DType::F16), Tensor(), Tensor()));
   EXPECT_FALSE(ops::flash_wgmma_forward_applies(shape_of(c), q, positions, positions));
-  EXPECT_FALSE(ops::flash_wgmma_forward_applies(shape_of({1, 2, 1, 9, 8, 64, true}), q, Tensor(),
-                                                Tensor()));
-  EXPECT_FALSE(ops::flash_wgmma_forward_applies(shape_of({1, 2, 1, 0, 8, 64, true}), q, Tensor(),
-                                                Tensor()));
+  EXPECT_FALSE(
+      ops::flash_wgmma_forward_applies(shape_of({1, 2, 1, 9, 8, 64, true}), q, Tensor(), Tensor()));
+  EXPECT_FALSE(
+      ops::flash_wgmma_forward_applies(shape_of({1, 2, 1, 0, 8, 64, true}), q, Tensor(), Tensor()));
   const Tensor k = device_bf16({1, 1, 8, 64}, 2);
   const WgmmaCase longer_queries{1, 2, 1, 9, 8, 64, true};
   const Tensor q9 = device_bf16({1, 2, 9, 64}, 3);
