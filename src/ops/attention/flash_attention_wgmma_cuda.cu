@@ -56,13 +56,13 @@ struct Args {
 // the longest causal rows go first), the heads, this thread's rows.
 struct Work {
   int group, warp, g, c;
-  int64_t t0;         // the block's first query
-  int64_t row_t;      // this thread's first query row; the second is row_t + 8
-  int64_t group_t0;   // the warpgroup's first query
-  int64_t offset;     // S − T: query t sits at position t + offset
-  int tiles;          // key tiles the block visits
-  int64_t q_row0;     // the block's first row of q / out as (B·H·T) rows
-  int64_t kv_row0;    // the head's first row of K / V as (B·Hkv·S) rows
+  int64_t t0;        // the block's first query
+  int64_t row_t;     // this thread's first query row; the second is row_t + 8
+  int64_t group_t0;  // the warpgroup's first query
+  int64_t offset;    // S − T: query t sits at position t + offset
+  int tiles;         // key tiles the block visits
+  int64_t q_row0;    // the block's first row of q / out as (B·H·T) rows
+  int64_t kv_row0;   // the head's first row of K / V as (B·Hkv·S) rows
 };
 __device__ __forceinline__ Work work_of(const FlashShape& s) {
   Work w;
@@ -168,8 +168,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kKeys / 2], const Work& 
                                              float (&row_sum)[2], float (&alpha)[2]) {
   const int64_t key0 = static_cast<int64_t>(j) * kKeys;
   const bool past_end = key0 + kKeys > shape.S;
-  const bool masked =
-      past_end || (shape.causal && key0 + kKeys - 1 > w.group_t0 + w.offset);
+  const bool masked = past_end || (shape.causal && key0 + kKeys - 1 > w.group_t0 + w.offset);
   float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int e = 0; e < kKeys / 2; ++e) {
@@ -331,7 +330,11 @@ void flash_attention_forward_wgmma_cuda(const AttentionShape& shape, const Tenso
   const FlashShape s = flash::flash_shape_of(shape, none, none);
   MICROLLM_CHECK(lse.dtype() == DType::F32 && lse.numel() == s.B * s.H * s.T, "attention",
                  "flash attention saves an f32 (B, H, T) log-sum-exp, found ", lse.describe());
-  const Args a{s, ptr<const bf16>(q), ptr<const bf16>(k), ptr<const bf16>(v), ptr<bf16>(out),
+  const Args a{s,
+               ptr<const bf16>(q),
+               ptr<const bf16>(k),
+               ptr<const bf16>(v),
+               ptr<bf16>(out),
                ptr<float>(lse)};
   if (shape.D == 64)
     launch<64>(a, stream_of(out));
