@@ -46,7 +46,8 @@ void flash_attention_backward_cuda(const AttentionShape& s, const Tensor& q, con
 // The forward on Hopper's warpgroup MMA (flash_attention_wgmma_cuda.cu): the contract of
 // flash_attention_forward_cuda for bf16, D 64 or 128, 1 ≤ T ≤ S and default positions on an
 // sm_90 device (`flash_wgmma_forward_applies`). flash_attention_forward_cuda takes it where it
-// applies and MICROLLM_FLASH_WGMMA is 1 (`flash_wgmma_enabled`, read once).
+// applies and MICROLLM_FLASH_WGMMA is 1 (`flash_wgmma_enabled`), and then at D 64
+// flash_attention_backward_cuda takes the wgmma dK/dV and dQ kernels too.
 bool flash_wgmma_enabled();
 bool flash_wgmma_forward_applies(const AttentionShape& s, const Tensor& q, const Tensor& q_pos,
                                  const Tensor& k_pos);

@@ -85,6 +85,36 @@ __host__ __device__ inline int64_t query_blocks_begin(const FlashShape& s, int64
   return first_query / rows;  // may be past the last block: no query sees the tile
 }
 
+// q, out, dout, dq (B, H, T, D); k, v, dk, dv (B, Hkv, S, D); lse, delta (B, H, T) F32.
+// The backward kernels' arguments (flash_attention_backward_cuda.cu).
+template <class T>
+struct BackwardArgs {
+  FlashShape shape;
+  const T* q;
+  const T* k;
+  const T* v;
+  const T* dout;
+  const float* lse;
+  const float* delta;
+  T* dq;
+  T* dk;
+  T* dv;
+  int parts;        // blocks per (b, KV head, key tile): the group's heads split in parts
+  float* dk_parts;  // (parts, B·Hkv, S, D) F32 unscaled sums when parts > 1, else null
+  float* dv_parts;
+  T* ds;             // (B·H, ds_rows, ds_pitch): dSᵀ, written by dK/dV, read by dQ
+  int64_t ds_rows;   // S rounded up to whole 64-row tiles
+  int64_t ds_pitch;  // T rounded up to whole 64-row tiles
+};
+
+// The wgmma backward kernels (flash_attention_wgmma_backward_cuda.cu; BF16, D 64, default
+// positions, T ≤ S): the scratch's rows and columns rounded up to 128 (`wgmma_scratch_rows`
+// of S and of T), the dK/dV kernel's parts of a group, and the two kernels.
+int64_t wgmma_scratch_rows(int64_t n);
+int wgmma_dkdv_parts(const FlashShape& s);
+void launch_dkdv_wgmma(const BackwardArgs<__nv_bfloat16>& args, cudaStream_t stream);
+void launch_dq_wgmma(const BackwardArgs<__nv_bfloat16>& args, cudaStream_t stream);
+
 // The kernels' shape from the op's, with the positions (both defined, dense I64) or neither;
 // checks what the kernels support (D 64 or 128, grid limits).
 FlashShape flash_shape_of(const AttentionShape& s, const Tensor& q_pos, const Tensor& k_pos);

@@ -29,27 +29,6 @@ namespace {
 using namespace cuda_detail;
 using namespace flash;
 
-// q, out, dout, dq (B, H, T, D); k, v, dk, dv (B, Hkv, S, D); lse, delta (B, H, T) F32.
-template <class T>
-struct BackwardArgs {
-  FlashShape shape;
-  const T* q;
-  const T* k;
-  const T* v;
-  const T* dout;
-  const float* lse;
-  const float* delta;
-  T* dq;
-  T* dk;
-  T* dv;
-  int parts;        // blocks per (b, KV head, key tile): the group's heads split in parts
-  float* dk_parts;  // (parts, B·Hkv, S, D) F32 unscaled sums when parts > 1, else null
-  float* dv_parts;
-  T* ds;             // (B·H, ds_rows, ds_pitch): dSᵀ, written by dK/dV, read by dQ
-  int64_t ds_rows;   // S rounded up to whole 64-row tiles
-  int64_t ds_pitch;  // T rounded up to whole 64-row tiles
-};
-
 // delta[row] = Σ_d dO[row, d]·O[row, d] in F32, a warp per row.
 template <class T, int D>
 __global__ void flash_delta_kernel(const T* out, const T* dout, float* delta, int64_t rows) {
@@ -431,8 +410,12 @@ int dkdv_parts(const FlashShape& s) {
 
 // The kernels in order over one chunk: delta, dK/dV (which writes the dS scratch when there
 // is one), the sum of the parts, dQ (which reads it, or recomputes dS without it).
+// With `wgmma` (BF16, D 64 only) the dK/dV and dQ kernels are the Hopper ones
+// (flash_attention_wgmma_backward_cuda.cu), on a scratch of 128-rounded rows and columns.
 template <class T, int D>
-void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cudaStream_t stream) {
+void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cudaStream_t stream,
+                     bool wgmma) {
+  constexpr bool kHasWgmma = std::is_same_v<T, __nv_bfloat16> && D == 64;  // else never wgmma
   const FlashShape& s = args.shape;
   const int64_t rows = s.B * s.H * s.T;
   if (rows > 0) {
@@ -446,7 +429,9 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
     const dim3 grid(static_cast<unsigned>(s.B * s.Hkv * args.parts),
                     static_cast<unsigned>(tiles_of(s.S)));
     // Two instantiations, so the loop of the kernel that writes the scratch carries no test.
-    if (args.ds != nullptr) {
+    if (wgmma) {
+      if constexpr (kHasWgmma) launch_dkdv_wgmma(args, stream);
+    } else if (args.ds != nullptr) {
       allow_shared_bytes<flash_dkdv_kernel<T, D, true>>(bytes);
       flash_dkdv_kernel<T, D, true><<<grid, kThreads, bytes, stream>>>(args);
     } else {
@@ -464,7 +449,9 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
     }
   }
   const dim3 dq_grid(static_cast<unsigned>(s.B * s.H), static_cast<unsigned>(tiles_of(s.T)));
-  if (rows > 0 && args.ds != nullptr) {
+  if (rows > 0 && wgmma) {
+    if constexpr (kHasWgmma) launch_dq_wgmma(args, stream);
+  } else if (rows > 0 && args.ds != nullptr) {
     const size_t bytes = dq_shared_bytes<T, D>();
     allow_shared_bytes<flash_dq_kernel<T, D>>(bytes);
     flash_dq_kernel<T, D><<<dq_grid, kThreads, bytes, stream>>>(args);
@@ -492,9 +479,16 @@ void flash_attention_backward_cuda(const AttentionShape& shape, const Tensor& q,
   // A unit is one (b, KV head) with its group's query heads, whose rows are neighbours in
   // every tensor; the kernels see a chunk of units as a batch with H = group, Hkv = 1.
   const int64_t group = whole.H / whole.Hkv, units = whole.B * whole.Hkv, D = shape.D;
-  const int64_t ds_rows = tiles_of(whole.S) * kTileRows, ds_pitch = tiles_of(whole.T) * kTileRows;
-  const int64_t unit_bytes =
-      group * ds_rows * ds_pitch * static_cast<int64_t>(dtype_size(q.dtype()));
+  const auto unit_bytes_of = [&](int64_t ds_rows, int64_t ds_pitch) {
+    return group * ds_rows * ds_pitch * static_cast<int64_t>(dtype_size(q.dtype()));
+  };
+  // The wgmma kernels (opt-in) where they apply and their scratch fits a chunk.
+  const bool wgmma =
+      D == 64 && flash_wgmma_enabled() && flash_wgmma_forward_applies(shape, q, q_pos, k_pos) &&
+      unit_bytes_of(wgmma_scratch_rows(whole.S), wgmma_scratch_rows(whole.T)) <= kScratchBytes;
+  const int64_t ds_rows = wgmma ? wgmma_scratch_rows(whole.S) : tiles_of(whole.S) * kTileRows;
+  const int64_t ds_pitch = wgmma ? wgmma_scratch_rows(whole.T) : tiles_of(whole.T) * kTileRows;
+  const int64_t unit_bytes = unit_bytes_of(ds_rows, ds_pitch);
   const bool with_scratch = unit_bytes <= kScratchBytes;
   const int64_t per_chunk =
       !with_scratch || unit_bytes == 0 ? units : std::min(units, kScratchBytes / unit_bytes);
@@ -512,7 +506,7 @@ void flash_attention_backward_cuda(const AttentionShape& shape, const Tensor& q,
       s.H = group;
       s.Hkv = 1;
       // The dK/dV parts' F32 sums (parts, chunk units, S, D) each.
-      const int parts = dkdv_parts(s);
+      const int parts = wgmma ? wgmma_dkdv_parts(s) : dkdv_parts(s);
       Tensor dk_parts, dv_parts;
       if (parts > 1) {
         dk_parts = Tensor::empty({parts, s.B, whole.S, D}, DType::F32, q.device());
@@ -539,9 +533,9 @@ void flash_attention_backward_cuda(const AttentionShape& shape, const Tensor& q,
       const T* out_rows = ptr<const T>(out) + query_rows * D;
       float* delta_rows = ptr<float>(delta) + query_rows;
       if (D == 64)
-        launch_backward<T, 64>(args, out_rows, delta_rows, stream_of(dq));
+        launch_backward<T, 64>(args, out_rows, delta_rows, stream_of(dq), wgmma);
       else
-        launch_backward<T, 128>(args, out_rows, delta_rows, stream_of(dq));
+        launch_backward<T, 128>(args, out_rows, delta_rows, stream_of(dq), wgmma);
     }
   };
   if (q.dtype() == DType::BF16)

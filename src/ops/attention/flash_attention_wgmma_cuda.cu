@@ -305,11 +305,8 @@ bool device_has_wgmma() {
 }  // namespace
 
 bool flash_wgmma_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("MICROLLM_FLASH_WGMMA");
-    return env != nullptr && std::strcmp(env, "1") == 0;
-  }();
-  return enabled;
+  const char* env = std::getenv("MICROLLM_FLASH_WGMMA");  // read at each call (tests switch it)
+  return env != nullptr && std::strcmp(env, "1") == 0;
 }
 
 bool flash_wgmma_forward_applies(const AttentionShape& s, const Tensor& q, const Tensor& q_pos,

@@ -1,10 +1,15 @@
-// The wgmma flash forward (Hopper only; skipped elsewhere) called directly: its output against
-// the CPU reference computed in F64 from the same BF16 values, its log-sum-exp against the
-// mma.sync forward's (the statistic the backward reads), two runs bit for bit, and where it
-// applies. The whole flash suite also runs through it with MICROLLM_FLASH_WGMMA=1.
+// The wgmma flash kernels (Hopper only; skipped elsewhere). The forward called directly: its
+// output against the CPU reference computed in F64 from the same BF16 values, its log-sum-exp
+// against the mma.sync forward's (the statistic the backward reads), two runs bit for bit, and
+// where it applies. Through ops::attention with MICROLLM_FLASH_WGMMA=1 (forward, and at D 64
+// the dK/dV and dQ kernels): every gradient against the CPU reference at small and odd shapes,
+// and against the mma.sync kernels at training shapes, bit for bit reproducible. The whole
+// flash suite also runs through them with MICROLLM_FLASH_WGMMA=1 in the environment.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -17,6 +22,7 @@
 
 using namespace microllm;
 using microllm::testing::bit_equal;
+using microllm::testing::cuda_matches_cpu;
 using microllm::testing::relative_l2;
 
 namespace {
@@ -70,6 +76,53 @@ Forward run(const WgmmaCase& c, const Tensor& q, const Tensor& k, const Tensor& 
   else
     ops::flash_attention_forward_cuda(shape_of(c), q, k, v, Tensor(), Tensor(), f.out, f.lse);
   return f;
+}
+
+// Sets MICROLLM_FLASH_WGMMA for its lifetime, then restores what the environment had.
+class WgmmaSwitch {
+ public:
+  explicit WgmmaSwitch(bool on) {
+    if (const char* old = std::getenv(kName)) previous_ = old;
+    setenv(kName, on ? "1" : "0", 1);
+  }
+  ~WgmmaSwitch() {
+    if (previous_)
+      setenv(kName, previous_->c_str(), 1);
+    else
+      unsetenv(kName);
+  }
+  WgmmaSwitch(const WgmmaSwitch&) = delete;
+  WgmmaSwitch& operator=(const WgmmaSwitch&) = delete;
+
+ private:
+  static constexpr const char* kName = "MICROLLM_FLASH_WGMMA";
+  std::optional<std::string> previous_;
+};
+
+ops::AttentionOptions flash(bool causal) {
+  ops::AttentionOptions o;
+  o.backend = ops::AttentionBackend::Flash;
+  o.causal = causal;
+  return o;
+}
+
+// Output and q, k, v gradients of one BF16 CUDA flash attention call, as CPU F32 tensors.
+struct Gradients {
+  Tensor out, dq, dk, dv;
+};
+Gradients run_with_gradients(const WgmmaCase& c, bool wgmma) {
+  const WgmmaSwitch use(wgmma);
+  const auto device_leaf = [](const Shape& shape, uint64_t seed) {
+    Tensor t = device_bf16(shape, seed);
+    t.set_requires_grad(true);
+    return t;
+  };
+  Tensor q = device_leaf({c.B, c.H, c.T, c.D}, 31), k = device_leaf({c.B, c.Hkv, c.S, c.D}, 32),
+         v = device_leaf({c.B, c.Hkv, c.S, c.D}, 33);
+  const Tensor out = ops::attention(q, k, v, flash(c.causal));
+  out.backward(device_bf16({c.B, c.H, c.T, c.D}, 34));
+  const auto host = [](const Tensor& t) { return t.to(Device::cpu()).to(DType::F32); };
+  return {host(out), host(q.grad()), host(k.grad()), host(v.grad())};
 }
 
 Tensor host_f64(const Tensor& t) { return t.to(Device::cpu()).to(DType::F64); }
@@ -138,5 +191,51 @@ TEST(CudaFlashWgmma, AppliesOnlyWhereItComputesTheContract) {
     ADD_FAILURE() << "a query block longer than the keys was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("1 ≤ T ≤ S"), std::string::npos) << e.what();
+  }
+}
+
+// Forward and every input gradient through the wgmma kernels against the CPU F32 reference:
+// lengths around the 128-row blocks and 64-row tiles, T < S, GQA ratios 1 to 8 (parts of a
+// group and whole groups a block), causal and full; D 128 takes the wgmma forward and the
+// mma.sync backward.
+TEST(CudaFlashWgmma, GradientsMatchTheCpuReference) {
+  REQUIRE_HOPPER();
+  const WgmmaSwitch use(true);
+  const std::vector<WgmmaCase> cases = {
+      {1, 2, 2, 1, 1, 64, true},     {2, 4, 2, 63, 63, 64, true},    {1, 14, 2, 130, 130, 64, true},
+      {1, 8, 1, 257, 257, 64, true}, {2, 7, 1, 64, 200, 64, false},  {1, 4, 1, 33, 200, 64, true},
+      {1, 16, 2, 5, 77, 64, true},   {1, 2, 1, 129, 129, 64, false}, {1, 8, 2, 100, 300, 64, true},
+      {1, 4, 2, 130, 130, 128, true}};
+  for (const WgmmaCase& c : cases) {
+    const auto fn = [&](const auto& x) {
+      return ops::attention(x[0], x[1], x[2], flash(c.causal));
+    };
+    EXPECT_TRUE(cuda_matches_cpu(fn,
+                                 {microllm::testing::cuda_test_leaf({c.B, c.H, c.T, c.D}, 3),
+                                  microllm::testing::cuda_test_leaf({c.B, c.Hkv, c.S, c.D}, 4),
+                                  microllm::testing::cuda_test_leaf({c.B, c.Hkv, c.S, c.D}, 5)},
+                                 microllm::testing::options_in(DType::BF16)))
+        << describe(c);
+  }
+}
+
+// At training shapes the wgmma kernels agree with the mma.sync kernels on the same BF16 values,
+// and two runs give the same bits (no atomics; the group's parts summed in order).
+TEST(CudaFlashWgmma, GradientsMatchTheMmaKernelsAtTrainingShapesAndAreReproducible) {
+  REQUIRE_HOPPER();
+  const std::vector<WgmmaCase> cases = {{2, 14, 2, 1024, 1024, 64, true},
+                                        {1, 16, 8, 2048, 2048, 128, true},
+                                        {4, 4, 2, 1000, 1500, 64, true}};
+  for (const WgmmaCase& c : cases) {
+    const Gradients wgmma = run_with_gradients(c, true), mma = run_with_gradients(c, false);
+    EXPECT_LT(relative_l2(wgmma.out, mma.out), 1e-2) << describe(c);
+    EXPECT_LT(relative_l2(wgmma.dq, mma.dq), 1e-2) << describe(c);
+    EXPECT_LT(relative_l2(wgmma.dk, mma.dk), 1e-2) << describe(c);
+    EXPECT_LT(relative_l2(wgmma.dv, mma.dv), 1e-2) << describe(c);
+    const Gradients again = run_with_gradients(c, true);
+    EXPECT_TRUE(bit_equal(again.out, wgmma.out)) << describe(c);
+    EXPECT_TRUE(bit_equal(again.dq, wgmma.dq)) << describe(c);
+    EXPECT_TRUE(bit_equal(again.dk, wgmma.dk)) << describe(c);
+    EXPECT_TRUE(bit_equal(again.dv, wgmma.dv)) << describe(c);
   }
 }
