@@ -192,6 +192,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) flash_dkdv_wgmma_kernel(Back
     if (n + 2 < steps) load_step(n + 2);
     cp_async_commit();
   }
+  cp_async_wait<0>();  // with no steps, K and V were loaded and never waited for
   // This part's unscaled F32 sums (the caller's sum kernel scales and rounds their total), or
   // with one part dK (scaled) and dV in BF16; rows past S are not stored.
   const int64_t part_row0 = a.parts > 1 ? (part * s.B * s.Hkv + kv) * s.S : kv * s.S;
