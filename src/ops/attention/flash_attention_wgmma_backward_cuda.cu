@@ -205,8 +205,10 @@ __global__ void __launch_bounds__(kBlockThreads, 1) flash_dkdv_wgmma_kernel(Back
     for (int e = 2 * r; e < D / 2; e += 4) {
       const int col = 8 * (e / 4) + 2 * c;
       if (a.parts > 1) {
-        *reinterpret_cast<float2*>(a.dk_parts + row * D + col) = make_float2(dk_acc[e], dk_acc[e + 1]);
-        *reinterpret_cast<float2*>(a.dv_parts + row * D + col) = make_float2(dv_acc[e], dv_acc[e + 1]);
+        *reinterpret_cast<float2*>(a.dk_parts + row * D + col) =
+            make_float2(dk_acc[e], dk_acc[e + 1]);
+        *reinterpret_cast<float2*>(a.dv_parts + row * D + col) =
+            make_float2(dv_acc[e], dv_acc[e + 1]);
       } else {
         *reinterpret_cast<__nv_bfloat162*>(a.dk + row * D + col) =
             __floats2bfloat162_rn(dk_acc[e] * s.scale, dk_acc[e + 1] * s.scale);
@@ -244,7 +246,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) flash_dq_wgmma_kernel(Backwa
   const int t = threadIdx.x, group_index = t / kGroupThreads;
   const int warp = (t % kGroupThreads) / 32, lane = t % 32, g = lane / 4, c = lane % 4;
   const bf16* ds_head = a.ds + bh * a.ds_rows * a.ds_pitch;  // (ds_rows, ds_pitch)
-  const bf16* k_head = a.k + kv * s.S * D;                    // (S, D)
+  const bf16* k_head = a.k + kv * s.S * D;                   // (S, D)
   const int64_t all_tiles = (s.S + kKeyTile - 1) / kKeyTile;
   int64_t tiles = all_tiles;
   if (s.causal) {  // through the key the block's last query sees
@@ -257,7 +259,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1) flash_dq_wgmma_kernel(Backwa
     // past S as zeros (their dS is 0 in the scratch).
     load_tile<kQueryBlock>(ds_tile(j), ds_head + j * kKeyTile * a.ds_pitch + t0, kKeyTile,
                            a.ds_pitch, t, kBlockThreads);
-    const int valid = static_cast<int>(s.S - j * kKeyTile < kKeyTile ? s.S - j * kKeyTile : kKeyTile);
+    const int valid =
+        static_cast<int>(s.S - j * kKeyTile < kKeyTile ? s.S - j * kKeyTile : kKeyTile);
     load_tile_rows<D>(k_tile(j), k_head + j * kKeyTile * D, kKeyTile, valid, D, t, kBlockThreads);
   };
   load(0);
@@ -277,11 +280,10 @@ __global__ void __launch_bounds__(kBlockThreads, 1) flash_dq_wgmma_kernel(Backwa
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kKeyTile / 16; ++ks)
-      wgmma_ss_n64<1, 1>(
-          acc,
-          descriptor(ds_tile(j) + group_index * kKeyTile * 128 + ks * 16 * 128, kKeyTile * 128,
-                     1024),
-          descriptor(k_tile(j) + ks * 16 * 128, kKeyTile * 128, 1024), 1);
+      wgmma_ss_n64<1, 1>(acc,
+                         descriptor(ds_tile(j) + group_index * kKeyTile * 128 + ks * 16 * 128,
+                                    kKeyTile * 128, 1024),
+                         descriptor(k_tile(j) + ks * 16 * 128, kKeyTile * 128, 1024), 1);
     wgmma_commit();
     wgmma_wait<0>();
     fence_registers(acc);
