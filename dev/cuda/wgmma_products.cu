@@ -1,0 +1,156 @@
+// wgmma_products: the three warpgroup MMA (wgmma) product forms of the library's Hopper flash
+// attention kernels (src/ops/attention/flash_attention_wgmma*_cuda.cu, helpers in
+// wgmma.cuh), each on one 64 × 64 × 64 BF16 case through one warpgroup, against the host (F64):
+//   C1 = A · Bᵀ   A, B in shared memory, both K-major (S = Q · Kᵀ; Sᵀ = K · Qᵀ; dPᵀ = V · dOᵀ)
+//   C2 = A · V    A in registers (the m16n8k16 fragment), V in shared memory MN-major
+//                 (O += P · V; dV += Pᵀ · dO; dK += dSᵀ · Q)
+//   C3 = Aᵀ · V   both in shared memory, both MN-major (dQ += dS · K from the dSᵀ scratch)
+// The shared-memory tiles are 128-byte swizzled as the kernels lay them out. If the documented
+// descriptor offsets fail, the run repeats with the leading and stride offsets exchanged and
+// says which passes, so one device run settles the layout question. The kernels themselves are
+// tested and measured by the library's tests (CudaFlashWgmma.*) and the ops benchmark.
+//
+// Build: make -C dev/cuda    Run: ./build/wgmma_products
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "common.h"
+#include "wgmma.h"
+
+namespace {
+
+using namespace lab;
+using bf16 = __nv_bfloat16;
+constexpr int kWarp = 32;
+constexpr int kGroupThreads = 128;  // a warpgroup
+
+// c1 (64, 64) = a (64, 64) · bᵀ, b (64, 64) row-major (N, K); c2 (64, 64) = a · v, v (64, 64)
+// row-major (K, N); c3 = aᵀ · v. F32 out, row-major. The descriptors' byte offsets are arguments, so that a
+// failing case can be retried with them exchanged (which one the hardware reads for what).
+__global__ void __launch_bounds__(kGroupThreads)
+    unit_kernel(const bf16* a, const bf16* b, const bf16* v, float* c1, float* c2, float* c3,
+                uint32_t k_leading, uint32_t k_stride, uint32_t mn_leading, uint32_t mn_stride) {
+  __shared__ __align__(1024) uint8_t a_tile[64 * 128], b_tile[64 * 128], v_tile[64 * 128];
+  const int t = threadIdx.x, warp = t / kWarp, lane = t % kWarp, g = lane / 4, c = lane % 4;
+  load_tile<64>(a_tile, a, 64, 64, t, kGroupThreads);
+  load_tile<64>(b_tile, b, 64, 64, t, kGroupThreads);
+  load_tile<64>(v_tile, v, 64, 64, t, kGroupThreads);
+  cp_async_commit();
+  cp_async_wait<0>();
+  fence_async_shared();
+  __syncthreads();
+  float d[32];
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks)
+    wgmma_ss_n64<0, 0>(d, descriptor(a_tile + ks * 32, k_leading, k_stride),
+                       descriptor(b_tile + ks * 32, k_leading, k_stride), ks > 0);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_registers(d);
+  // Accumulator element e: row 16·warp + g + 8·((e % 4) / 2), column 8·(e / 4) + 2c + e % 2.
+  for (int e = 0; e < 32; ++e)
+    c1[(16 * warp + g + 8 * ((e % 4) / 2)) * 64 + 8 * (e / 4) + 2 * c + e % 2] = d[e];
+  float d2[32];
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    // The A fragment of rows 16·warp + g (+8), columns 16·ks + 2c (+1) (+8).
+    auto at = [&](int row, int col) {
+      return __bfloat162float(a[(16 * warp + row) * 64 + 16 * ks + col]);
+    };
+    const uint32_t frag[4] = {pack_bf16(at(g, 2 * c), at(g, 2 * c + 1)),
+                              pack_bf16(at(g + 8, 2 * c), at(g + 8, 2 * c + 1)),
+                              pack_bf16(at(g, 2 * c + 8), at(g, 2 * c + 9)),
+                              pack_bf16(at(g + 8, 2 * c + 8), at(g + 8, 2 * c + 9))};
+    wgmma_rs_n64<1>(d2, frag, descriptor(v_tile + ks * 16 * 128, mn_leading, mn_stride), ks > 0);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_registers(d2);
+  for (int e = 0; e < 32; ++e)
+    c2[(16 * warp + g + 8 * ((e % 4) / 2)) * 64 + 8 * (e / 4) + 2 * c + e % 2] = d2[e];
+  // A = aᵀ: a holds it along M (MN-major), a k16 step is 16 rows of a further.
+  float d3[32];
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks)
+    wgmma_ss_n64<1, 1>(d3, descriptor(a_tile + ks * 16 * 128, mn_leading, mn_stride),
+                       descriptor(v_tile + ks * 16 * 128, mn_leading, mn_stride), ks > 0);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_registers(d3);
+  for (int e = 0; e < 32; ++e)
+    c3[(16 * warp + g + 8 * ((e % 4) / 2)) * 64 + 8 * (e / 4) + 2 * c + e % 2] = d3[e];
+}
+
+bool run_unit() {
+  const auto a = lab::random_bf16(64 * 64, 11), b = lab::random_bf16(64 * 64, 12),
+             v = lab::random_bf16(64 * 64, 13);
+  const auto af = lab::to_float(a), bf = lab::to_float(b), vf = lab::to_float(v);
+  std::vector<double> ref1(64 * 64), ref2(64 * 64), ref3(64 * 64);
+  for (int i = 0; i < 64; ++i)
+    for (int j = 0; j < 64; ++j) {
+      double s1 = 0.0, s2 = 0.0, s3 = 0.0;
+      for (int x = 0; x < 64; ++x) {
+        s1 += static_cast<double>(af[i * 64 + x]) * bf[j * 64 + x];
+        s2 += static_cast<double>(af[i * 64 + x]) * vf[x * 64 + j];
+        s3 += static_cast<double>(af[x * 64 + i]) * vf[x * 64 + j];
+      }
+      ref1[i * 64 + j] = s1;
+      ref2[i * 64 + j] = s2;
+      ref3[i * 64 + j] = s3;
+    }
+  bf16 *da, *db, *dv;
+  float *dc1, *dc2, *dc3;
+  CUDA_CHECK(cudaMalloc(&da, 64 * 64 * 2));
+  CUDA_CHECK(cudaMalloc(&db, 64 * 64 * 2));
+  CUDA_CHECK(cudaMalloc(&dv, 64 * 64 * 2));
+  CUDA_CHECK(cudaMalloc(&dc1, 64 * 64 * 4));
+  CUDA_CHECK(cudaMalloc(&dc2, 64 * 64 * 4));
+  CUDA_CHECK(cudaMalloc(&dc3, 64 * 64 * 4));
+  CUDA_CHECK(cudaMemcpy(da, a.data(), 64 * 64 * 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(db, b.data(), 64 * 64 * 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(dv, v.data(), 64 * 64 * 2, cudaMemcpyHostToDevice));
+  // The documented offsets first (wgmma.cuh); with them exchanged only if those fail.
+  auto run = [&](uint32_t kl, uint32_t ks, uint32_t ml, uint32_t ms) {
+    lab::poison_nan(dc1, 64 * 64 * 4);
+    lab::poison_nan(dc2, 64 * 64 * 4);
+    lab::poison_nan(dc3, 64 * 64 * 4);
+    unit_kernel<<<1, kGroupThreads>>>(da, db, dv, dc1, dc2, dc3, kl, ks, ml, ms);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<float> c1(64 * 64), c2(64 * 64), c3(64 * 64);
+    CUDA_CHECK(cudaMemcpy(c1.data(), dc1, 64 * 64 * 4, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(c2.data(), dc2, 64 * 64 * 4, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(c3.data(), dc3, 64 * 64 * 4, cudaMemcpyDeviceToHost));
+    const auto r1 = lab::compare("A·Bᵀ", c1.data(), ref1.data(), 64 * 64, lab::kToleranceF32);
+    const auto r2 = lab::compare("A·V", c2.data(), ref2.data(), 64 * 64, lab::kToleranceF32);
+    const auto r3 = lab::compare("Aᵀ·V", c3.data(), ref3.data(), 64 * 64, lab::kToleranceF32);
+    std::printf("unit  A·Bᵀ ss k-major  (leading %u, stride %u)  rel L2 %.3g %s\n", kl, ks,
+                r1.rel_l2, r1.ok ? "ok" : "FAIL");
+    std::printf("unit  A·V  rs mn-major (leading %u, stride %u)  rel L2 %.3g %s\n", ml, ms,
+                r2.rel_l2, r2.ok ? "ok" : "FAIL");
+    std::printf("unit  Aᵀ·V ss mn-major (leading %u, stride %u)  rel L2 %.3g %s\n", ml, ms,
+                r3.rel_l2, r3.ok ? "ok" : "FAIL");
+    return r1.ok && r2.ok && r3.ok;
+  };
+  const bool ok = run(16, 1024, 64 * 128, 1024);
+  if (!ok) run(1024, 16, 1024, 64 * 128);  // diagnostic only
+  for (void* p : {static_cast<void*>(da), static_cast<void*>(db), static_cast<void*>(dv),
+                  static_cast<void*>(dc1), static_cast<void*>(dc2), static_cast<void*>(dc3)})
+    CUDA_CHECK(cudaFree(p));
+  return ok;
+}
+
+}  // namespace
+
+int main() {
+  const char* program = "wgmma_products";
+  lab::require_device(program);
+  lab::require_kernel_image(program, unit_kernel);
+  const bool ok = run_unit();
+  std::printf(ok ? "all checks passed\n" : "CHECK FAILED\n");
+  return ok ? 0 : 1;
+}
