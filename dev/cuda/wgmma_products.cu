@@ -26,8 +26,9 @@ constexpr int kWarp = 32;
 constexpr int kGroupThreads = 128;  // a warpgroup
 
 // c1 (64, 64) = a (64, 64) · bᵀ, b (64, 64) row-major (N, K); c2 (64, 64) = a · v, v (64, 64)
-// row-major (K, N); c3 = aᵀ · v. F32 out, row-major. The descriptors' byte offsets are arguments, so that a
-// failing case can be retried with them exchanged (which one the hardware reads for what).
+// row-major (K, N); c3 = aᵀ · v. F32 out, row-major. The descriptors' byte offsets are arguments,
+// so that a failing case can be retried with them exchanged (which one the hardware reads for
+// what).
 __global__ void __launch_bounds__(kGroupThreads)
     unit_kernel(const bf16* a, const bf16* b, const bf16* v, float* c1, float* c2, float* c3,
                 uint32_t k_leading, uint32_t k_stride, uint32_t mn_leading, uint32_t mn_stride) {

@@ -207,8 +207,10 @@ TEST(CudaFlashWgmma, GradientsMatchTheCpuReference) {
       {1, 16, 2, 5, 77, 64, true},   {1, 2, 1, 129, 129, 64, false}, {1, 8, 2, 100, 300, 64, true},
       {1, 4, 2, 130, 130, 128, true}};
   for (const WgmmaCase& c : cases) {
-    const auto fn = [&](const auto& x) {
-      return ops::attention(x[0], x[1], x[2], flash(c.causal));
+    const auto fn = [&](const auto& x) {  // Auto: the CPU reference there, flash on CUDA
+      ops::AttentionOptions o = flash(c.causal);
+      o.backend = ops::AttentionBackend::Auto;
+      return ops::attention(x[0], x[1], x[2], o);
     };
     EXPECT_TRUE(cuda_matches_cpu(fn,
                                  {microllm::testing::cuda_test_leaf({c.B, c.H, c.T, c.D}, 3),
