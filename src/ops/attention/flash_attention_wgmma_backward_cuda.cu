@@ -163,6 +163,17 @@ __global__ void __launch_bounds__(kBlockThreads, 1) flash_dkdv_wgmma_kernel(Back
         p_frag[kk][i] = pack_bf16(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
         ds_frag[kk][i] = pack_bf16(dp[8 * kk + 2 * i], dp[8 * kk + 2 * i + 1]);
       }
+    // dSᵀ to the scratch: (key, query pair) as BF16 pairs, before the products that read the
+    // fragments (registers of an A operand may not be read while its wgmma runs).
+    bf16* ds_rows = a.ds + (bh_of(n) * a.ds_rows + key) * a.ds_pitch + q0 + 2 * c;
+#pragma unroll
+    for (int kk = 0; kk < kQueryTile / 16; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int e = 8 * kk + 2 * i;
+        *reinterpret_cast<uint32_t*>(ds_rows + 8 * ((e % 4) / 2) * a.ds_pitch + 8 * (e / 4)) =
+            ds_frag[kk][i];
+      }
     fence_registers(dv_acc);
     fence_registers(dk_acc);
     wgmma_fence();
@@ -175,16 +186,6 @@ __global__ void __launch_bounds__(kBlockThreads, 1) flash_dkdv_wgmma_kernel(Back
       wgmma_rs_n64<1>(dk_acc, ds_frag[kk], descriptor(q_tile(n) + kk * 16 * 128, 64 * 128, 1024),
                       1);
     wgmma_commit();
-    // dSᵀ to the scratch while the products run: (key, query pair) as BF16 pairs.
-    bf16* ds_rows = a.ds + (bh_of(n) * a.ds_rows + key) * a.ds_pitch + q0 + 2 * c;
-#pragma unroll
-    for (int kk = 0; kk < kQueryTile / 16; ++kk)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int e = 8 * kk + 2 * i;
-        *reinterpret_cast<uint32_t*>(ds_rows + 8 * ((e % 4) / 2) * a.ds_pitch + 8 * (e / 4)) =
-            ds_frag[kk][i];
-      }
     wgmma_wait<0>();
     fence_registers(dv_acc);
     fence_registers(dk_acc);
