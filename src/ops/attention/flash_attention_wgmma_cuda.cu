@@ -159,39 +159,50 @@ __device__ __forceinline__ void issue_values(float (&acc)[D / 2],
 }
 
 // The online softmax of one tile of scores, in place: masks keys past S and (causal) keys
-// after each row, only in a tile that needs it; moves to log2 units, updates the running
-// max and the thread's partial sums, and returns in `alpha` the factor for what O holds.
+// after each row, only in a tile that needs it; updates the running max (of the raw scores)
+// and the thread's partial sums, leaves P = exp2(s · scale_log2 − max · scale_log2) in s (one
+// FFMA and one exp2 an element), and returns in `alpha` the factor for what O holds so far.
 // Element e of s is row g + 8·((e % 4) / 2), key 8·(e / 4) + 2c + e % 2 of the tile. Every
 // row sees key 0 (default positions, T ≤ S), so the running max is finite after tile 0.
 __device__ __forceinline__ void softmax_tile(float (&s)[kKeys / 2], const Work& w,
                                              const FlashShape& shape, int j, float (&row_max)[2],
                                              float (&row_sum)[2], float (&alpha)[2]) {
   const int64_t key0 = static_cast<int64_t>(j) * kKeys;
-  const bool past_end = key0 + kKeys > shape.S;
-  const bool masked = past_end || (shape.causal && key0 + kKeys - 1 > w.group_t0 + w.offset);
+  const bool masked =
+      key0 + kKeys > shape.S || (shape.causal && key0 + kKeys - 1 > w.group_t0 + w.offset);
+  if (masked) {
+    // Per row, the last visible key as an offset from this thread's first key of the tile
+    // (32-bit: within the tile, or clamped below it).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      int64_t last = shape.S - 1;
+      if (shape.causal) last = min(last, w.row_t + 8 * r + w.offset);
+      const int limit = static_cast<int>(max(last - key0 - 2 * w.c, int64_t{-1}));
+#pragma unroll
+      for (int e = 2 * r; e < kKeys / 2; e += 4) {
+        if (8 * (e / 4) > limit) s[e] = -INFINITY;
+        if (8 * (e / 4) + 1 > limit) s[e + 1] = -INFINITY;
+      }
+    }
+  }
   float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-  for (int e = 0; e < kKeys / 2; ++e) {
-    const int r = (e % 4) / 2;
-    const int64_t key = key0 + 8 * (e / 4) + 2 * w.c + e % 2;
-    const bool hidden =
-        masked && (key >= shape.S || (shape.causal && key > w.row_t + 8 * r + w.offset));
-    s[e] = hidden ? -INFINITY : s[e] * shape.scale_log2;
-    tile_max[r] = fmaxf(tile_max[r], s[e]);
-  }
+  for (int e = 0; e < kKeys / 2; ++e) tile_max[(e % 4) / 2] = fmaxf(tile_max[(e % 4) / 2], s[e]);
+  float scaled_max[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
     const float next = fmaxf(row_max[r], tile_max[r]);
-    alpha[r] = exp2f(row_max[r] - next);
+    alpha[r] = exp2f((row_max[r] - next) * shape.scale_log2);
     row_max[r] = next;
     row_sum[r] *= alpha[r];
+    scaled_max[r] = next * shape.scale_log2;
   }
 #pragma unroll
   for (int e = 0; e < kKeys / 2; ++e) {
     const int r = (e % 4) / 2;
-    s[e] = exp2f(s[e] - row_max[r]);
+    s[e] = exp2f(fmaf(s[e], shape.scale_log2, -scaled_max[r]));
     row_sum[r] += s[e];
   }
 }
@@ -233,7 +244,7 @@ __device__ __forceinline__ void write_output(float (&acc)[D / 2], float (&row_su
       *reinterpret_cast<__nv_bfloat162*>(out_row + col) =
           __floats2bfloat162_rn(acc[e] * inverse, acc[e + 1] * inverse);
     }
-    if (w.c == 0) a.lse[w.q_row0 + local + 8 * r] = row_max[r] + log2f(row_sum[r]);
+    if (w.c == 0) a.lse[w.q_row0 + local + 8 * r] = row_max[r] * a.s.scale_log2 + log2f(row_sum[r]);
   }
 }
 
@@ -311,9 +322,9 @@ bool flash_wgmma_enabled() {
 
 bool flash_wgmma_forward_applies(const AttentionShape& s, const Tensor& q, const Tensor& q_pos,
                                  const Tensor& k_pos) {
-  return q.dtype() == DType::BF16 && (s.D == 64 || s.D == 128) && !q_pos.defined() &&
-         !k_pos.defined() && s.T >= 1 && s.T <= s.S && s.H <= 65535 && s.B <= 65535 &&
-         device_has_wgmma();
+  return q.dtype() == DType::BF16 && (s.D == 64 || s.D == 128) && s.scale > 0.0 &&
+         !q_pos.defined() && !k_pos.defined() && s.T >= 1 && s.T <= s.S && s.H <= 65535 &&
+         s.B <= 65535 && device_has_wgmma();
 }
 
 void flash_attention_forward_wgmma_cuda(const AttentionShape& shape, const Tensor& q,
@@ -321,8 +332,8 @@ void flash_attention_forward_wgmma_cuda(const AttentionShape& shape, const Tenso
                                         const Tensor& lse) {
   const Tensor none;
   MICROLLM_CHECK(flash_wgmma_forward_applies(shape, q, none, none), "attention",
-                 "the wgmma flash forward takes bf16, D 64 or 128, 1 ≤ T ≤ S and default "
-                 "positions on an sm_90 device, found q ",
+                 "the wgmma flash forward takes bf16, D 64 or 128, a positive scale, 1 ≤ T ≤ S "
+                 "and default positions on an sm_90 device, found q ",
                  q.describe(), ", T ", shape.T, ", S ", shape.S);
   const FlashShape s = flash::flash_shape_of(shape, none, none);
   MICROLLM_CHECK(lse.dtype() == DType::F32 && lse.numel() == s.B * s.H * s.T, "attention",
