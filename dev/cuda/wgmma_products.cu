@@ -27,6 +27,28 @@ using bf16 = __nv_bfloat16;
 constexpr int kWarp = 32;
 constexpr int kGroupThreads = 128;  // a warpgroup
 
+// The m16n8k16 A fragment of a (64, 64) row-major: this warp's rows 16·warp + g (+8),
+// columns 16·ks + 2c (+1) (+8), as BF16 pairs.
+__device__ void a_fragment(uint32_t (&frag)[4], const bf16* a, int ks) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, c = lane % 4;
+  auto at = [&](int row, int col) {
+    return __bfloat162float(a[(16 * warp + row) * 64 + 16 * ks + col]);
+  };
+  frag[0] = pack_bf16(at(g, 2 * c), at(g, 2 * c + 1));
+  frag[1] = pack_bf16(at(g + 8, 2 * c), at(g + 8, 2 * c + 1));
+  frag[2] = pack_bf16(at(g, 2 * c + 8), at(g, 2 * c + 9));
+  frag[3] = pack_bf16(at(g + 8, 2 * c + 8), at(g + 8, 2 * c + 9));
+}
+
+// Stores a warpgroup's (64, N) accumulator row-major: element e is row 16·warp + g +
+// 8·((e % 4) / 2), column 8·(e / 4) + 2c + e % 2.
+template <int N>
+__device__ void store_accumulator(float* out, const float (&d)[N / 2]) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, c = lane % 4;
+  for (int e = 0; e < N / 2; ++e)
+    out[(16 * warp + g + 8 * ((e % 4) / 2)) * N + 8 * (e / 4) + 2 * c + e % 2] = d[e];
+}
+
 // c1 (64, 64) = a (64, 64) · bᵀ, b (64, 64) row-major (N, K); c2 (64, 64) = a · v, v (64, 64)
 // row-major (K, N); c3 = aᵀ · v. F32 out, row-major. The descriptors' byte offsets are arguments,
 // so that a failing case can be retried with them exchanged (which one the hardware reads for
@@ -35,7 +57,7 @@ __global__ void __launch_bounds__(kGroupThreads)
     unit_kernel(const bf16* a, const bf16* b, const bf16* v, float* c1, float* c2, float* c3,
                 uint32_t k_leading, uint32_t k_stride, uint32_t mn_leading, uint32_t mn_stride) {
   __shared__ __align__(1024) uint8_t a_tile[64 * 128], b_tile[64 * 128], v_tile[64 * 128];
-  const int t = threadIdx.x, warp = t / kWarp, lane = t % kWarp, g = lane / 4, c = lane % 4;
+  const int t = threadIdx.x;
   load_tile<64>(a_tile, a, 64, 64, t, kGroupThreads);
   load_tile<64>(b_tile, b, 64, 64, t, kGroupThreads);
   load_tile<64>(v_tile, v, 64, 64, t, kGroupThreads);
@@ -52,28 +74,19 @@ __global__ void __launch_bounds__(kGroupThreads)
   wgmma_commit();
   wgmma_wait<0>();
   fence_registers(d);
-  // Accumulator element e: row 16·warp + g + 8·((e % 4) / 2), column 8·(e / 4) + 2c + e % 2.
-  for (int e = 0; e < 32; ++e)
-    c1[(16 * warp + g + 8 * ((e % 4) / 2)) * 64 + 8 * (e / 4) + 2 * c + e % 2] = d[e];
+  store_accumulator<64>(c1, d);
   float d2[32];
   wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks) {
-    // The A fragment of rows 16·warp + g (+8), columns 16·ks + 2c (+1) (+8).
-    auto at = [&](int row, int col) {
-      return __bfloat162float(a[(16 * warp + row) * 64 + 16 * ks + col]);
-    };
-    const uint32_t frag[4] = {pack_bf16(at(g, 2 * c), at(g, 2 * c + 1)),
-                              pack_bf16(at(g + 8, 2 * c), at(g + 8, 2 * c + 1)),
-                              pack_bf16(at(g, 2 * c + 8), at(g, 2 * c + 9)),
-                              pack_bf16(at(g + 8, 2 * c + 8), at(g + 8, 2 * c + 9))};
+    uint32_t frag[4];
+    a_fragment(frag, a, ks);
     wgmma_rs_n64<1>(d2, frag, descriptor(v_tile + ks * 16 * 128, mn_leading, mn_stride), ks > 0);
   }
   wgmma_commit();
   wgmma_wait<0>();
   fence_registers(d2);
-  for (int e = 0; e < 32; ++e)
-    c2[(16 * warp + g + 8 * ((e % 4) / 2)) * 64 + 8 * (e / 4) + 2 * c + e % 2] = d2[e];
+  store_accumulator<64>(c2, d2);
   // A = aᵀ: a holds it along M (MN-major), a k16 step is 16 rows of a further.
   float d3[32];
   wgmma_fence();
@@ -84,8 +97,7 @@ __global__ void __launch_bounds__(kGroupThreads)
   wgmma_commit();
   wgmma_wait<0>();
   fence_registers(d3);
-  for (int e = 0; e < 32; ++e)
-    c3[(16 * warp + g + 8 * ((e % 4) / 2)) * 64 + 8 * (e / 4) + 2 * c + e % 2] = d3[e];
+  store_accumulator<64>(c3, d3);
 }
 
 // The N = 128 forms of the forward (S over 128 keys; O += P · V at D 128, where V's second
@@ -95,7 +107,7 @@ __global__ void __launch_bounds__(kGroupThreads)
     wide_kernel(const bf16* a, const bf16* w, const bf16* x, float* c4, float* c5,
                 uint32_t mn_leading, uint32_t mn_stride) {
   __shared__ __align__(1024) uint8_t a_tile[64 * 128], w_tile[128 * 128], x_tile[64 * 256];
-  const int t = threadIdx.x, warp = t / kWarp, lane = t % kWarp, g = lane / 4, c = lane % 4;
+  const int t = threadIdx.x;
   load_tile<64>(a_tile, a, 64, 64, t, kGroupThreads);
   load_tile<64>(w_tile, w, 128, 64, t, kGroupThreads);
   load_tile<128>(x_tile, x, 64, 128, t, kGroupThreads);
@@ -112,26 +124,19 @@ __global__ void __launch_bounds__(kGroupThreads)
   wgmma_commit();
   wgmma_wait<0>();
   fence_registers(d);
-  for (int e = 0; e < 64; ++e)
-    c4[(16 * warp + g + 8 * ((e % 4) / 2)) * 128 + 8 * (e / 4) + 2 * c + e % 2] = d[e];
+  store_accumulator<128>(c4, d);
   float d2[64];
   wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks) {
-    auto at = [&](int row, int col) {
-      return __bfloat162float(a[(16 * warp + row) * 64 + 16 * ks + col]);
-    };
-    const uint32_t frag[4] = {pack_bf16(at(g, 2 * c), at(g, 2 * c + 1)),
-                              pack_bf16(at(g + 8, 2 * c), at(g + 8, 2 * c + 1)),
-                              pack_bf16(at(g, 2 * c + 8), at(g, 2 * c + 9)),
-                              pack_bf16(at(g + 8, 2 * c + 8), at(g + 8, 2 * c + 9))};
+    uint32_t frag[4];
+    a_fragment(frag, a, ks);
     wgmma_rs_n128<1>(d2, frag, descriptor(x_tile + ks * 16 * 128, mn_leading, mn_stride), ks > 0);
   }
   wgmma_commit();
   wgmma_wait<0>();
   fence_registers(d2);
-  for (int e = 0; e < 64; ++e)
-    c5[(16 * warp + g + 8 * ((e % 4) / 2)) * 128 + 8 * (e / 4) + 2 * c + e % 2] = d2[e];
+  store_accumulator<128>(c5, d2);
 }
 
 bool run_wide() {
