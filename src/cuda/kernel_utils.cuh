@@ -106,6 +106,22 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return warp_max(v);
 }
 
+// ---- asynchronous copies (sm_80+) ----------------------------------------------------------
+// 16 bytes global → shared without passing through registers; with valid false the 16 bytes
+// are zero-filled and nothing is read.
+__device__ __forceinline__ void copy16_async(void* shared, const void* global, bool valid) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  const int source_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global),
+               "r"(source_bytes));
+}
+__device__ __forceinline__ void commit_async() { asm volatile("cp.async.commit_group;\n"); }
+// Waits until at most `pending` committed groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void wait_async() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+}
+
 // ---- launch sizes ------------------------------------------------------------------------
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Blocks for a grid-stride loop over n elements: enough to fill the GPU, never more than needed.

@@ -18,6 +18,8 @@ namespace microllm::ops::cuda_detail {
 using microllm::cuda::block_max;
 using microllm::cuda::block_sum;
 using microllm::cuda::ceil_div;
+using microllm::cuda::commit_async;
+using microllm::cuda::copy16_async;
 using microllm::cuda::enter_dependent_grid;
 using microllm::cuda::from_float;
 using microllm::cuda::grid_for;
@@ -27,6 +29,7 @@ using microllm::cuda::launch_dependent;
 using microllm::cuda::make_indexer;
 using microllm::cuda::StridedIndexer;
 using microllm::cuda::to_float;
+using microllm::cuda::wait_async;
 using microllm::cuda::Vec16;
 using microllm::cuda::warp_max;
 using microllm::cuda::warp_sum;

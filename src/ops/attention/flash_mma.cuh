@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../../cuda/kernel_utils.cuh"
+
 namespace microllm::ops::flash {
 
 // d += a · b on a 16×8×16 tile; T is __nv_bfloat16 or __half.
@@ -124,20 +126,10 @@ __device__ __forceinline__ void load_b_pair_transposed(uint32_t (&b)[2][2], cons
   b[1][1] = r[3];
 }
 
-// 16 bytes global → shared without passing through registers; with valid false the 16 bytes
-// are zero-filled and nothing is read.
-__device__ __forceinline__ void copy16_async(void* shared, const void* global, bool valid) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  const int source_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global),
-               "r"(source_bytes));
-}
-__device__ __forceinline__ void commit_async() { asm volatile("cp.async.commit_group;\n"); }
-// Waits until at most `pending` committed groups are still in flight.
-template <int pending>
-__device__ __forceinline__ void wait_async() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
-}
+// 16-byte cp.async copies (src/cuda/kernel_utils.cuh).
+using microllm::cuda::commit_async;
+using microllm::cuda::copy16_async;
+using microllm::cuda::wait_async;
 
 // One step of a double-buffered stream of tiles: starts loading tile i + 1 into the other
 // stage with load(i + 1, stage) (cp.async copies, committed here as one group), then waits

@@ -6,12 +6,15 @@
 // products.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <utility>
 
 #include "../cuda_common.cuh"
 #include "../rope/rope_rotate.cuh"
+#include "microllm/ops/matmul.h"
 
 namespace microllm::ops::gemv_detail {
 
@@ -51,6 +54,7 @@ struct GemvParams {
   float eps;
   int M, N, K, splits;  // N: output rows (pairs with swiglu and rope)
   int norm_threads;     // rms_norm_forward_threads(K / kVec<T>): the block the norm would run
+  bool stage_x;         // without the norm: x copied to shared memory first (stage_rows)
   RopeTargets<T> rope;
 };
 
@@ -109,46 +113,97 @@ __device__ void rope_epilogue(const RopeTargets<T>& r, int m, int64_t pair, T a,
   }
 }
 
+// Shared floats the norm prologue needs: each row's warp sums (kGemvMaxRows, kWarp), then each
+// row's inverse RMS (kGemvMaxRows).
+inline constexpr int kNormScratch = (kWarp + 1) * static_cast<int>(kGemvMaxRows);
+static_assert(kGemvMaxRows <= kGemvWarps, "the prologue gives each row of x one warp");
+
 // The prologue: the M rows of x normalized as rms_norm_forward_kernel normalizes them, into
-// `normed` (M, K / kVec<T>) 16-byte groups of shared memory. This block's threads play the
-// norm's p.norm_threads threads (thread t plays t, t + kGemvThreads, ...): each adds the squares
-// of its one group, the warps of played threads are summed by warp_sum and the warp sums by
-// one more warp_sum over lanes, as block_sum does; so the rows get the norm's bits.
-template <class T>
+// `normed` (M, K / kVec<T>) 16-byte groups of shared memory; `scratch` holds kNormScratch
+// floats. This block's threads play the norm's p.norm_threads threads of every row at once
+// (a warp plays one warp of the norm's block for one row): each played thread adds the
+// squares of its one group, warp_sum adds a played warp's, and warp m adds row m's warp sums
+// with one more warp_sum over lanes, as block_sum does; so the rows get the norm's bits.
+// Every step issues kBatch loads a thread before it uses the first, so the rows take one
+// memory latency each step, not one per row (kBatch: registers against latencies).
+template <int kBatch, class T>
 __device__ void normalize_rows(const GemvParams<T>& p, uint4* normed, float* scratch) {
   constexpr int W = kVec<T>;
-  const int groups = p.K / W, lane = threadIdx.x % kWarp;
+  const int groups = p.K / W, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int played_warps = p.norm_threads / kWarp;
+  const auto* x = reinterpret_cast<const Vec16<T>*>(p.x);                // (M, groups)
   const auto* weight = reinterpret_cast<const Vec16<T>*>(p.norm_weight);  // (groups)
-  for (int m = 0; m < p.M; ++m) {
-    const auto* row = reinterpret_cast<const Vec16<T>*>(p.x + static_cast<int64_t>(m) * p.K);
-    for (int t0 = 0; t0 < p.norm_threads; t0 += kGemvThreads) {  // uniform over the block
-      const int t = t0 + static_cast<int>(threadIdx.x);
+  float* warp_sums = scratch;                                             // (M, played_warps)
+  float* inv_rms = scratch + kGemvMaxRows * kWarp;                        // (M)
+  // Played thread t of row m is item m · norm_threads + t (norm_threads is a multiple of 32).
+  const int items = p.M * p.norm_threads;
+  for (int i0 = 0; i0 < items; i0 += kBatch * kGemvThreads) {  // uniform over the block
+    Vec16<T> v[kBatch] = {};
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b * kGemvThreads + static_cast<int>(threadIdx.x);
+      const int m = i / p.norm_threads, t = i % p.norm_threads;
+      if (i < items && t < groups) v[b] = x[static_cast<int64_t>(m) * groups + t];
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b * kGemvThreads + static_cast<int>(threadIdx.x);
+      const int m = i / p.norm_threads, t = i % p.norm_threads;
       float sum_sq = 0.0f;
-      if (t < groups) {
-        const Vec16<T> v = row[t];
+      if (i < items && t < groups) {
 #pragma unroll
         for (int j = 0; j < W; ++j) {
-          const float f = to_float(v.v[j]);
+          const float f = to_float(v[b].v[j]);
           sum_sq += f * f;
         }
       }
       sum_sq = warp_sum(sum_sq);
-      if (lane == 0 && t < p.norm_threads) scratch[t / kWarp] = sum_sq;
+      if (lane == 0 && i < items) warp_sums[m * played_warps + t / kWarp] = sum_sq;
     }
-    __syncthreads();
-    const int warps = p.norm_threads / kWarp;
-    const float total = warp_sum(lane < warps ? scratch[lane] : 0.0f);
-    const float inv = 1.0f / sqrtf(total / static_cast<float>(p.K) + p.eps);
-    for (int g = threadIdx.x; g < groups; g += kGemvThreads) {
-      const Vec16<T> v = row[g], w = weight[g];
+  }
+  __syncthreads();
+  if (warp < p.M) {
+    const float total = warp_sum(lane < played_warps ? warp_sums[warp * played_warps + lane] : 0.0f);
+    if (lane == 0) inv_rms[warp] = 1.0f / sqrtf(total / static_cast<float>(p.K) + p.eps);
+  }
+  __syncthreads();
+  const int elements = p.M * groups;  // (m, g) pairs
+  for (int e0 = 0; e0 < elements; e0 += kBatch * kGemvThreads) {
+    Vec16<T> v[kBatch] = {}, w[kBatch] = {};
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int e = e0 + b * kGemvThreads + static_cast<int>(threadIdx.x);
+      if (e < elements) {
+        v[b] = x[e];
+        w[b] = weight[e % groups];
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int e = e0 + b * kGemvThreads + static_cast<int>(threadIdx.x);
+      if (e >= elements) continue;
+      const float inv = inv_rms[e / groups];
       Vec16<T> out;
 #pragma unroll
       for (int j = 0; j < W; ++j)
-        out.v[j] = from_float<T>(to_float(w.v[j]) * (to_float(v.v[j]) * inv));
-      normed[static_cast<int64_t>(m) * groups + g] = *reinterpret_cast<const uint4*>(&out);
+        out.v[j] = from_float<T>(to_float(w[b].v[j]) * (to_float(v[b].v[j]) * inv));
+      normed[e] = *reinterpret_cast<const uint4*>(&out);
     }
-    __syncthreads();  // the rows are complete; scratch may be rewritten
   }
+  __syncthreads();  // the rows are complete
+}
+
+// The prologue without a norm: the M rows of x copied into `staged` (M, K / kVec<T>) 16-byte
+// groups of shared memory by cp.async (all issued before the first arrives), so that the
+// product's reads of x, one per 16-byte group of W, wait for shared memory instead of the L2.
+template <class T>
+__device__ void stage_rows(const GemvParams<T>& p, uint4* staged) {
+  const int elements = p.M * (p.K / kVec<T>);
+  const auto* x = reinterpret_cast<const uint4*>(p.x);  // (M, K / kVec<T>)
+  for (int e = threadIdx.x; e < elements; e += kGemvThreads) copy16_async(staged + e, x + e, true);
+  commit_async();
+  wait_async<0>();
+  __syncthreads();
 }
 
 // The epilogue of output row `out_row` of x's row m from its F32 sums (one per part).
@@ -190,6 +245,51 @@ inline int64_t resident_blocks(const void* kernel, size_t shared) {
   const int64_t blocks = std::max<int64_t>(1, static_cast<int64_t>(sms) * per_sm);
   known[{device, kernel, shared}] = blocks;
   return blocks;
+}
+
+// Lets `kernel` take up to `bytes` of dynamic shared memory (over the 48 KB default), per
+// device; the limit only ever rises.
+inline void allow_dynamic_shared(const void* kernel, size_t bytes) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, const void*>, size_t> allowed;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  size_t& limit = allowed[{device, kernel}];
+  if (bytes <= std::max<size_t>(limit, 48 * 1024)) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(bytes)));
+  limit = bytes;
+}
+
+// Whether a launch of `kernel` without the norm prologue stages x (`stage_bytes`) in shared
+// memory on top of its other `shared` bytes: when the block can have that much and as many
+// blocks stay resident as the grid (`blocks`, before the cap at what fits) can use. The
+// decision depends on the shapes and the GPU alone; it changes where x is read from, not the
+// order of any sum.
+inline bool stage_x_fits(const void* kernel, size_t shared, size_t stage_bytes, int64_t blocks) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, const void*, size_t, size_t, int64_t>, bool> known;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    auto it = known.find({device, kernel, shared, stage_bytes, blocks});
+    if (it != known.end()) return it->second;
+  }
+  int optin = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  cudaFuncAttributes attributes{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  const size_t staged = shared + stage_bytes;
+  bool fits = staged + attributes.sharedSizeBytes <= static_cast<size_t>(optin);
+  if (fits) {
+    allow_dynamic_shared(kernel, staged);
+    fits = resident_blocks(kernel, staged) >= std::min(blocks, resident_blocks(kernel, shared));
+  }
+  const std::lock_guard<std::mutex> lock(mutex);
+  known[{device, kernel, shared, stage_bytes, blocks}] = fits;
+  return fits;
 }
 
 // The tensor-core kernel for BF16/F16 (gemv_tensor_core_cuda.cu): p.splits from

@@ -26,8 +26,6 @@
 // Reference for the fragment layouts: PTX ISA, "Matrix fragments for mma.m16n8k16"
 // (ops/attention/flash_mma.cuh holds the wrapper).
 #include <algorithm>
-#include <mutex>
-#include <set>
 #include <type_traits>
 #include <utility>
 
@@ -49,22 +47,23 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
 }
 
 // M ≤ 16; kEpi: the epilogue; kNorm: the norm prologue. Dynamic shared memory: with kNorm
-// the normalized rows (M, K / 8) as 16-byte groups, then with split K the slices' sums
-// (kGemvWarps, kParts, 8, 16) F32. The grid is at most what fits at once; block b serves
-// tile groups b, b + gridDim.x, ...
+// the normalized rows (M, K / 8) as 16-byte groups (without it, with p.stage_x, x's rows),
+// then with split K the slices' sums (kGemvWarps, kParts, 8, 16) F32. The grid is at most
+// what fits at once; block b serves tile groups b, b + gridDim.x, ...
 template <class T, int kEpi, bool kNorm>
 __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvParams<T> p) {
   constexpr int kParts = kEpi == kPlain ? 1 : 2;  // weight rows per output row
   constexpr int kChunks = 16 / kParts;            // chunks per lane per pass
   constexpr int kCols = 16;                       // x rows the A tile holds
   extern __shared__ uint4 dynamic_shared[];
-  __shared__ float scratch[kWarp];  // the prologue's warp sums
+  __shared__ float scratch[kNormScratch];  // the prologue's warp sums
   const int M = p.M, N = p.N, K = p.K, splits = p.splits;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int g = lane / 4, c = lane % 4;
   const int groups = K / 8;        // 16-byte groups per row
-  uint4* normed = dynamic_shared;  // (M, groups)
-  float* partial = reinterpret_cast<float*>(dynamic_shared + (kNorm ? M * groups : 0));
+  const bool x_shared = kNorm || p.stage_x;
+  uint4* rows = dynamic_shared;  // (M, groups): x normalized or staged
+  float* partial = reinterpret_cast<float*>(dynamic_shared + (x_shared ? M * groups : 0));
   const int tiles_per_block = kGemvWarps / splits;
   const int64_t tiles = (N + kTileRows - 1) / kTileRows;
   const int64_t tile_groups = (tiles + tiles_per_block - 1) / tiles_per_block;
@@ -97,12 +96,14 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
     load_pass(begin);
   }
   enter_dependent_grid();
-  if constexpr (kNorm) normalize_rows(p, normed, scratch);
-  const uint4* x_groups = kNorm ? normed : reinterpret_cast<const uint4*>(p.x);  // (M, groups)
+  if constexpr (kNorm)
+    normalize_rows<2>(p, rows, scratch);  // 128 registers: 2 blocks an SM
+  else if (p.stage_x)
+    stage_rows(p, rows);
+  const auto* x = reinterpret_cast<const uint4*>(p.x);  // (M, groups)
   auto x_group = [&](int m, int gi) {
     const int64_t at = static_cast<int64_t>(m) * groups + gi;
-    return m < M && gi < end ? (kNorm ? x_groups[at] : __ldg(x_groups + at))
-                             : make_uint4(0, 0, 0, 0);
+    return m < M && gi < end ? (x_shared ? rows[at] : __ldg(x + at)) : make_uint4(0, 0, 0, 0);
   };
   for (int64_t tile_group = blockIdx.x; tile_group < tile_groups; tile_group += gridDim.x) {
     const int64_t tile = tile_group * tiles_per_block + warp / splits;
@@ -174,26 +175,6 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
   }
 }
 
-// The largest dynamic shared memory an instantiation asks for: the norm prologue's rows and
-// the split-K sums.
-constexpr size_t max_shared_bytes(int parts) {
-  return static_cast<size_t>(kGemvNormMaxBytes) +
-         sizeof(float) * kGemvWarps * parts * kTileRows * 16;
-}
-
-// Lets `kernel` take up to `bytes` of dynamic shared memory (over the 48 KB default), once
-// per device.
-void allow_dynamic_shared(const void* kernel, size_t bytes) {
-  static std::mutex mutex;
-  static std::set<std::pair<int, const void*>> done;
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (!done.insert({device, kernel}).second) return;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(bytes)));
-}
-
 }  // namespace
 
 // Split-K factor for a product of `rows` weight rows of `groups` 16-byte groups: double while
@@ -208,12 +189,14 @@ int tensor_core_splits(int64_t rows, int64_t groups) {
 }
 
 template <class T>
-void launch_gemv_tensor_core(const GemvParams<T>& p, int epi, bool norm, cudaStream_t stream) {
+void launch_gemv_tensor_core(const GemvParams<T>& params, int epi, bool norm, cudaStream_t stream) {
+  GemvParams<T> p = params;
   const int64_t groups = p.K / 8, tiles = ceil_div(static_cast<int64_t>(p.N), kTileRows);
   const int64_t tile_groups = ceil_div(tiles, static_cast<int64_t>(kGemvWarps / p.splits));
   const int parts = epi == kPlain ? 1 : 2;
-  const size_t shared = (norm ? static_cast<size_t>(p.M * groups) * sizeof(uint4) : 0) +
-                        (p.splits > 1 ? sizeof(float) * kGemvWarps * parts * kTileRows * 16 : 0);
+  const size_t rows_bytes = static_cast<size_t>(p.M * groups) * sizeof(uint4);
+  const size_t sums_bytes =
+      p.splits > 1 ? sizeof(float) * kGemvWarps * parts * kTileRows * 16 : 0;
   auto pick = [&](auto epilogue) {
     constexpr int kE = decltype(epilogue)::value;
     return norm ? gemv_tensor_core_kernel<T, kE, true> : gemv_tensor_core_kernel<T, kE, false>;
@@ -221,12 +204,14 @@ void launch_gemv_tensor_core(const GemvParams<T>& p, int epi, bool norm, cudaStr
   const auto kernel = epi == kSwiglu ? pick(std::integral_constant<int, kSwiglu>{})
                       : epi == kRope ? pick(std::integral_constant<int, kRope>{})
                                      : pick(std::integral_constant<int, kPlain>{});
-  allow_dynamic_shared(reinterpret_cast<const void*>(kernel), max_shared_bytes(parts));
-  launch_dependent(
-      "gemv_tensor_core_kernel", kernel,
-      dim3(static_cast<unsigned>(std::min<int64_t>(
-          tile_groups, resident_blocks(reinterpret_cast<const void*>(kernel), shared)))),
-      dim3(kGemvThreads), shared, stream, p);
+  const void* address = reinterpret_cast<const void*>(kernel);
+  p.stage_x = !norm && stage_x_fits(address, sums_bytes, rows_bytes, tile_groups);
+  const size_t shared = (norm || p.stage_x ? rows_bytes : 0) + sums_bytes;
+  allow_dynamic_shared(address, shared);
+  launch_dependent("gemv_tensor_core_kernel", kernel,
+                   dim3(static_cast<unsigned>(
+                       std::min<int64_t>(tile_groups, resident_blocks(address, shared)))),
+                   dim3(kGemvThreads), shared, stream, p);
 }
 
 template void launch_gemv_tensor_core(const GemvParams<__nv_bfloat16>&, int, bool, cudaStream_t);

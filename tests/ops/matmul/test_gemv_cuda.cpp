@@ -45,11 +45,13 @@ struct Case {
 
 TEST(CudaGemv, MatchesTheCpuReference) {
   MICROLLM_REQUIRE_CUDA();
-  // 16,384 rows: enough tiles that neither kernel splits K.
+  // 16,384 rows: enough tiles that neither kernel splits K. K 16,384: from some M on, x's rows
+  // no longer fit in shared memory beside the kernel's other bytes and are read from global
+  // memory instead of being staged.
   const Case cases[] = {{1152, 896, true, false},   {896, 896, false, false},
                         {4864, 896, false, true},   {896, 4864, false, false},
                         {16384, 896, false, false}, {37, 64, true, false},
-                        {5, 24, false, true}};
+                        {5, 24, false, true},       {64, 16384, false, false}};
   for (DType dtype : kGemvDtypes)
     for (const Case& c : cases)
       for (int64_t M = 1; M <= ops::kGemvMaxRows; ++M) {
@@ -112,13 +114,19 @@ TEST(CudaGemv, ARowGivesTheSameBitsAloneAndAmongTheRowsOfItsKernel) {
     int64_t R;                // rows of the full call
     std::vector<Part> parts;  // calls on its last rows
   };
+  struct Product {
+    bool swiglu;
+    int64_t N, K;
+  };
+  // The down and gate/up projections, and a K whose 8 rows of x are read from global memory
+  // where fewer rows are staged in shared memory.
+  const Product products[] = {{false, 896, 4864}, {true, 4864, 896}, {false, 64, 16384}};
   for (DType dtype : kGemvDtypes)
-    for (bool swiglu : {false, true})
+    for (const auto& [swiglu, N, K] : products)
       for (const Range& range :
            {Range{4, {{1, 0}, {3, 0}}}, dtype == DType::F32
                                             ? Range{8, {{1, 0}, {5, 0}, {7, 0}}}
                                             : Range{8, {{5, 0}, {6, 0}, {7, 0}, {2, 8}, {4, 6}}}}) {
-        const int64_t N = swiglu ? 4864 : 896, K = swiglu ? 896 : 4864;  // swiglu: gate_up; down
         const int64_t R = range.R;
         const Tensor x = host_randn({R, K}, 11, dtype).to(kGpu);
         const Tensor w = host_randn({swiglu ? 2 * N : N, K}, 12, dtype).to(kGpu);
@@ -136,8 +144,8 @@ TEST(CudaGemv, ARowGivesTheSameBitsAloneAndAmongTheRowsOfItsKernel) {
           const Tensor got = some.to(Device::cpu()),
                        want = all_host.narrow(0, R - M, M).contiguous();
           EXPECT_EQ(0, std::memcmp(got.raw_data(), want.raw_data(), got.nbytes()))
-              << dtype_name(dtype) << " swiglu " << swiglu << " M " << M << " kernel_rows "
-              << part.kernel_rows;
+              << dtype_name(dtype) << " swiglu " << swiglu << " K " << K << " M " << M
+              << " kernel_rows " << part.kernel_rows;
         }
       }
 }
