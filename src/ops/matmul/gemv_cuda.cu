@@ -66,7 +66,7 @@ __device__ __forceinline__ float dot16(const uint4& a, const uint4& b) {
 }
 
 // M ≤ kRows rows; kEpi: the epilogue; kNorm: the norm prologue, with M · K / kVec<T>
-// 16-byte groups of dynamic shared memory (as many without it, with p.stage_x: x's rows). The grid is at most what fits on the GPU at once;
+// 16-byte groups of dynamic shared memory. The grid is at most what fits on the GPU at once;
 // block b serves the groups of output rows b, b + gridDim.x, ... (so the prologue runs once
 // per block, and a row's sums do not depend on the grid).
 template <class T, int kRows, int kEpi, bool kNorm>
@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvParams<T> p) {
   constexpr int kParts = kEpi == kPlain ? 1 : 2;        // weight rows per output row
   __shared__ float partial[kParts][kGemvWarps][kRows];  // each warp's sums over its K slice
   __shared__ float scratch[kNormScratch];                      // the prologue's warp sums
-  extern __shared__ uint4 rows[];                       // (M, K/V): x normalized or staged
+  extern __shared__ uint4 normed[];                     // (M, K/V) with kNorm
   const int M = p.M, N = p.N, K = p.K, splits = p.splits;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int rows_per_block = kGemvWarps / splits;
@@ -109,11 +109,10 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvParams<T> p) {
   }
   enter_dependent_grid();
   if constexpr (kNorm)
-    normalize_rows<1>(p, rows, scratch);  // registers: 3 blocks an SM
-  else if (p.stage_x)
-    stage_rows(p, rows);
-  const bool x_shared = kNorm || p.stage_x;
-  const auto* x = reinterpret_cast<const uint4*>(p.x);  // (M, K/V)
+    normalize_rows<1, kRows>(p, normed, scratch);  // kBatch 1: 80 registers at M = 1
+  // x's groups: the normalized rows in shared memory, or x itself (staging x in shared memory
+  // as the tensor-core kernel does measured slower here: docs/optimization-log.md).
+  const uint4* x_groups = kNorm ? normed : reinterpret_cast<const uint4*>(p.x);  // (M, K/V)
   for (int64_t row_group = blockIdx.x; row_group < row_groups; row_group += gridDim.x) {
     const int64_t first_row = row_group * rows_per_block;
     const int64_t n = first_row + warp / splits;
@@ -133,7 +132,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvParams<T> p) {
           for (int m = 0; m < kRows; ++m) {
             if (m >= M) break;
             const int64_t at = static_cast<int64_t>(m) * groups + g;
-            const uint4 xv = x_shared ? rows[at] : __ldg(x + at);
+            const uint4 xv = kNorm ? x_groups[at] : __ldg(x_groups + at);
 #pragma unroll
             for (int q = 0; q < kParts; ++q) acc[q][m] += dot16<T>(xv, wv[q][u]);
           }
@@ -206,7 +205,7 @@ void dispatch_rows(int64_t M, Fn&& fn) {
 template <class T>
 void launch_gemv_cuda_cores(const GemvParams<T>& p, int epi, bool norm, cudaStream_t stream) {
   const int64_t blocks = ceil_div(static_cast<int64_t>(p.N), kGemvWarps / p.splits);
-  const size_t rows_bytes = static_cast<size_t>(p.M) * (p.K / kVec<T>)*sizeof(uint4);
+  const size_t shared = norm ? static_cast<size_t>(p.M) * (p.K / kVec<T>)*sizeof(uint4) : 0;
   dispatch_rows(p.M, [&](auto rows) {
     constexpr int kRows = decltype(rows)::value;
     auto pick = [&](auto epilogue) {
@@ -216,15 +215,10 @@ void launch_gemv_cuda_cores(const GemvParams<T>& p, int epi, bool norm, cudaStre
     const auto kernel = epi == kSwiglu ? pick(std::integral_constant<int, kSwiglu>{})
                         : epi == kRope ? pick(std::integral_constant<int, kRope>{})
                                        : pick(std::integral_constant<int, kPlain>{});
-    const void* address = reinterpret_cast<const void*>(kernel);
-    GemvParams<T> staged = p;
-    staged.stage_x = !norm && stage_x_fits(address, 0, rows_bytes, blocks);
-    const size_t shared = norm || staged.stage_x ? rows_bytes : 0;
-    allow_dynamic_shared(address, shared);
     launch_dependent("gemv_kernel", kernel,
-                     dim3(static_cast<unsigned>(
-                         std::min<int64_t>(blocks, resident_blocks(address, shared)))),
-                     dim3(kGemvThreads), shared, stream, staged);
+                     dim3(static_cast<unsigned>(std::min<int64_t>(
+                         blocks, resident_blocks(reinterpret_cast<const void*>(kernel), shared)))),
+                     dim3(kGemvThreads), shared, stream, p);
   });
 }
 

@@ -54,7 +54,7 @@ struct GemvParams {
   float eps;
   int M, N, K, splits;  // N: output rows (pairs with swiglu and rope)
   int norm_threads;     // rms_norm_forward_threads(K / kVec<T>): the block the norm would run
-  bool stage_x;         // without the norm: x copied to shared memory first (stage_rows)
+  bool stage_x;         // tensor-core kernel without the norm: x staged (stage_rows)
   RopeTargets<T> rope;
 };
 
@@ -113,28 +113,25 @@ __device__ void rope_epilogue(const RopeTargets<T>& r, int m, int64_t pair, T a,
   }
 }
 
-// Shared floats the norm prologue needs: each row's warp sums (kGemvMaxRows, kWarp), then each
-// row's inverse RMS (kGemvMaxRows).
-inline constexpr int kNormScratch = (kWarp + 1) * static_cast<int>(kGemvMaxRows);
-static_assert(kGemvMaxRows <= kGemvWarps, "the prologue gives each row of x one warp");
+// Shared floats the norm prologue needs: each row's warp sums (kGemvMaxRows, kWarp).
+inline constexpr int kNormScratch = kWarp * static_cast<int>(kGemvMaxRows);
 
-// The prologue: the M rows of x normalized as rms_norm_forward_kernel normalizes them, into
-// `normed` (M, K / kVec<T>) 16-byte groups of shared memory; `scratch` holds kNormScratch
+// The prologue: the M ≤ kRows rows of x normalized as rms_norm_forward_kernel normalizes them,
+// into `normed` (M, K / kVec<T>) 16-byte groups of shared memory; `scratch` holds kNormScratch
 // floats. This block's threads play the norm's p.norm_threads threads of every row at once
 // (a warp plays one warp of the norm's block for one row): each played thread adds the
-// squares of its one group, warp_sum adds a played warp's, and warp m adds row m's warp sums
-// with one more warp_sum over lanes, as block_sum does; so the rows get the norm's bits.
-// Every step issues kBatch loads a thread before it uses the first, so the rows take one
-// memory latency each step, not one per row (kBatch: registers against latencies).
-template <int kBatch, class T>
+// squares of its one group, warp_sum adds a played warp's; then every warp adds each row's
+// warp sums with one more warp_sum over lanes, as block_sum does (lane m keeps row m's), so
+// the rows get the norm's bits. Every step issues kBatch loads a thread before it uses the first (kBatch: registers
+// against latencies), so the rows take one memory latency each step, not one per row.
+template <int kBatch, int kRows, class T>
 __device__ void normalize_rows(const GemvParams<T>& p, uint4* normed, float* scratch) {
   constexpr int W = kVec<T>;
-  const int groups = p.K / W, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int groups = p.K / W, lane = threadIdx.x % kWarp;
   const int played_warps = p.norm_threads / kWarp;
   const auto* x = reinterpret_cast<const Vec16<T>*>(p.x);                // (M, groups)
   const auto* weight = reinterpret_cast<const Vec16<T>*>(p.norm_weight);  // (groups)
   float* warp_sums = scratch;                                             // (M, played_warps)
-  float* inv_rms = scratch + kGemvMaxRows * kWarp;                        // (M)
   // Played thread t of row m is item m · norm_threads + t (norm_threads is a multiple of 32).
   const int items = p.M * p.norm_threads;
   for (int i0 = 0; i0 < items; i0 += kBatch * kGemvThreads) {  // uniform over the block
@@ -162,11 +159,13 @@ __device__ void normalize_rows(const GemvParams<T>& p, uint4* normed, float* scr
     }
   }
   __syncthreads();
-  if (warp < p.M) {
-    const float total = warp_sum(lane < played_warps ? warp_sums[warp * played_warps + lane] : 0.0f);
-    if (lane == 0) inv_rms[warp] = 1.0f / sqrtf(total / static_cast<float>(p.K) + p.eps);
+  float inv_rms = 0.0f;  // in every warp, lane m holds row m's 1 / RMS
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    if (m >= p.M) break;
+    const float total = warp_sum(lane < played_warps ? warp_sums[m * played_warps + lane] : 0.0f);
+    if (lane == m) inv_rms = 1.0f / sqrtf(total / static_cast<float>(p.K) + p.eps);
   }
-  __syncthreads();
   const int elements = p.M * groups;  // (m, g) pairs
   for (int e0 = 0; e0 < elements; e0 += kBatch * kGemvThreads) {
     Vec16<T> v[kBatch] = {}, w[kBatch] = {};
@@ -181,8 +180,8 @@ __device__ void normalize_rows(const GemvParams<T>& p, uint4* normed, float* scr
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int e = e0 + b * kGemvThreads + static_cast<int>(threadIdx.x);
+      const float inv = __shfl_sync(0xffffffffu, inv_rms, e < elements ? e / groups : 0);
       if (e >= elements) continue;
-      const float inv = inv_rms[e / groups];
       Vec16<T> out;
 #pragma unroll
       for (int j = 0; j < W; ++j)
@@ -247,8 +246,8 @@ inline int64_t resident_blocks(const void* kernel, size_t shared) {
   return blocks;
 }
 
-// Lets `kernel` take up to `bytes` of dynamic shared memory (over the 48 KB default), per
-// device; the limit only ever rises.
+// Lets `kernel` take up to `bytes` of dynamic shared memory, per device (by default a block
+// may have 48 KB less its static shared memory); the limit only ever rises.
 inline void allow_dynamic_shared(const void* kernel, size_t bytes) {
   static std::mutex mutex;
   static std::map<std::pair<int, const void*>, size_t> allowed;
@@ -256,7 +255,7 @@ inline void allow_dynamic_shared(const void* kernel, size_t bytes) {
   CUDA_CHECK(cudaGetDevice(&device));
   const std::lock_guard<std::mutex> lock(mutex);
   size_t& limit = allowed[{device, kernel}];
-  if (bytes <= std::max<size_t>(limit, 48 * 1024)) return;
+  if (bytes <= limit) return;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(bytes)));
   limit = bytes;

@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
   }
   enter_dependent_grid();
   if constexpr (kNorm)
-    normalize_rows<2>(p, rows, scratch);  // 128 registers: 2 blocks an SM
+    normalize_rows<2, kGemvMaxRows>(p, rows, scratch);  // 128 registers: 2 blocks an SM
   else if (p.stage_x)
     stage_rows(p, rows);
   const auto* x = reinterpret_cast<const uint4*>(p.x);  // (M, groups)
