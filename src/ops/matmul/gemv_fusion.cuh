@@ -113,25 +113,30 @@ __device__ void rope_epilogue(const RopeTargets<T>& r, int m, int64_t pair, T a,
   }
 }
 
-// Shared floats the norm prologue needs: each row's warp sums (kGemvMaxRows, kWarp).
-inline constexpr int kNormScratch = kWarp * static_cast<int>(kGemvMaxRows);
+// Shared floats the norm prologue needs: each row's warp sums (kGemvMaxRows, kWarp), then each
+// row's inverse RMS (kGemvMaxRows).
+inline constexpr int kNormScratch = (kWarp + 1) * static_cast<int>(kGemvMaxRows);
+static_assert(kGemvMaxRows <= kGemvWarps, "the prologue gives each row of x one warp");
 
 // The prologue: the M ≤ kRows rows of x normalized as rms_norm_forward_kernel normalizes them,
 // into `normed` (M, K / kVec<T>) 16-byte groups of shared memory; `scratch` holds kNormScratch
 // floats. This block's threads play the norm's p.norm_threads threads of every row at once
 // (a warp plays one warp of the norm's block for one row): each played thread adds the
-// squares of its one group, warp_sum adds a played warp's; then every warp adds each row's
-// warp sums with one more warp_sum over lanes, as block_sum does (lane m keeps row m's), so
-// the rows get the norm's bits. Every step issues kBatch loads a thread before it uses the first (kBatch: registers
-// against latencies), so the rows take one memory latency each step, not one per row.
+// squares of its one group, warp_sum adds a played warp's, and warp m adds row m's warp sums
+// with one more warp_sum over lanes, as block_sum does (with one row, every warp does, as
+// block_sum gives every thread the sum); so the rows get the norm's bits. Every step issues
+// kBatch loads a thread before it uses the first (kBatch: registers against latencies), so
+// the rows take one memory latency each step, not one per row.
 template <int kBatch, int kRows, class T>
 __device__ void normalize_rows(const GemvParams<T>& p, uint4* normed, float* scratch) {
   constexpr int W = kVec<T>;
-  const int groups = p.K / W, lane = threadIdx.x % kWarp;
+  constexpr bool kOneRow = kRows == 1;
+  const int groups = p.K / W, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int played_warps = p.norm_threads / kWarp;
   const auto* x = reinterpret_cast<const Vec16<T>*>(p.x);                // (M, groups)
   const auto* weight = reinterpret_cast<const Vec16<T>*>(p.norm_weight);  // (groups)
   float* warp_sums = scratch;                                             // (M, played_warps)
+  float* inv_rms = scratch + kGemvMaxRows * kWarp;                        // (M)
   // Played thread t of row m is item m · norm_threads + t (norm_threads is a multiple of 32).
   const int items = p.M * p.norm_threads;
   for (int i0 = 0; i0 < items; i0 += kBatch * kGemvThreads) {  // uniform over the block
@@ -139,13 +144,13 @@ __device__ void normalize_rows(const GemvParams<T>& p, uint4* normed, float* scr
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int i = i0 + b * kGemvThreads + static_cast<int>(threadIdx.x);
-      const int m = i / p.norm_threads, t = i % p.norm_threads;
+      const int m = kOneRow ? 0 : i / p.norm_threads, t = kOneRow ? i : i % p.norm_threads;
       if (i < items && t < groups) v[b] = x[static_cast<int64_t>(m) * groups + t];
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int i = i0 + b * kGemvThreads + static_cast<int>(threadIdx.x);
-      const int m = i / p.norm_threads, t = i % p.norm_threads;
+      const int m = kOneRow ? 0 : i / p.norm_threads, t = kOneRow ? i : i % p.norm_threads;
       float sum_sq = 0.0f;
       if (i < items && t < groups) {
 #pragma unroll
@@ -159,12 +164,19 @@ __device__ void normalize_rows(const GemvParams<T>& p, uint4* normed, float* scr
     }
   }
   __syncthreads();
-  float inv_rms = 0.0f;  // in every warp, lane m holds row m's 1 / RMS
-#pragma unroll
-  for (int m = 0; m < kRows; ++m) {
-    if (m >= p.M) break;
+  auto row_inv_rms = [&](int m) {
     const float total = warp_sum(lane < played_warps ? warp_sums[m * played_warps + lane] : 0.0f);
-    if (lane == m) inv_rms = 1.0f / sqrtf(total / static_cast<float>(p.K) + p.eps);
+    return 1.0f / sqrtf(total / static_cast<float>(p.K) + p.eps);
+  };
+  float one_row_inv = 0.0f;
+  if constexpr (kOneRow) {
+    one_row_inv = row_inv_rms(0);
+  } else {
+    if (warp < p.M) {
+      const float inv = row_inv_rms(warp);
+      if (lane == 0) inv_rms[warp] = inv;
+    }
+    __syncthreads();
   }
   const int elements = p.M * groups;  // (m, g) pairs
   for (int e0 = 0; e0 < elements; e0 += kBatch * kGemvThreads) {
@@ -174,14 +186,14 @@ __device__ void normalize_rows(const GemvParams<T>& p, uint4* normed, float* scr
       const int e = e0 + b * kGemvThreads + static_cast<int>(threadIdx.x);
       if (e < elements) {
         v[b] = x[e];
-        w[b] = weight[e % groups];
+        w[b] = weight[kOneRow ? e : e % groups];
       }
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int e = e0 + b * kGemvThreads + static_cast<int>(threadIdx.x);
-      const float inv = __shfl_sync(0xffffffffu, inv_rms, e < elements ? e / groups : 0);
       if (e >= elements) continue;
+      const float inv = kOneRow ? one_row_inv : inv_rms[e / groups];
       Vec16<T> out;
 #pragma unroll
       for (int j = 0; j < W; ++j)
