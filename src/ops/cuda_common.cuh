@@ -29,8 +29,8 @@ using microllm::cuda::launch_dependent;
 using microllm::cuda::make_indexer;
 using microllm::cuda::StridedIndexer;
 using microllm::cuda::to_float;
-using microllm::cuda::wait_async;
 using microllm::cuda::Vec16;
+using microllm::cuda::wait_async;
 using microllm::cuda::warp_max;
 using microllm::cuda::warp_sum;
 

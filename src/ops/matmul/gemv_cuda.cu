@@ -73,7 +73,7 @@ template <class T, int kRows, int kEpi, bool kNorm>
 __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvParams<T> p) {
   constexpr int kParts = kEpi == kPlain ? 1 : 2;        // weight rows per output row
   __shared__ float partial[kParts][kGemvWarps][kRows];  // each warp's sums over its K slice
-  __shared__ float scratch[kNormScratch];                      // the prologue's warp sums
+  __shared__ float scratch[kNormScratch];               // the prologue's warp sums
   extern __shared__ uint4 normed[];                     // (M, K/V) with kNorm
   const int M = p.M, N = p.N, K = p.K, splits = p.splits;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;

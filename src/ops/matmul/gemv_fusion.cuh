@@ -133,7 +133,7 @@ __device__ void normalize_rows(const GemvParams<T>& p, uint4* normed, float* scr
   constexpr bool kOneRow = kRows == 1;
   const int groups = p.K / W, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int played_warps = p.norm_threads / kWarp;
-  const auto* x = reinterpret_cast<const Vec16<T>*>(p.x);                // (M, groups)
+  const auto* x = reinterpret_cast<const Vec16<T>*>(p.x);                 // (M, groups)
   const auto* weight = reinterpret_cast<const Vec16<T>*>(p.norm_weight);  // (groups)
   float* warp_sums = scratch;                                             // (M, played_warps)
   float* inv_rms = scratch + kGemvMaxRows * kWarp;                        // (M)

@@ -13,6 +13,11 @@
 //     any fixed order): the group a lane holds is 8 consecutive k, of which mma step s
 //     takes k = 4s…4s+3 as the fragment's k = 2c, 2c+1, 2c+8, 2c+9. So W needs no shared
 //     memory and no shuffles; the accumulators are F32;
+//   - x's rows are read from shared memory: normalized there by the norm prologue, or
+//     without it copied there by cp.async (stage_rows) where that keeps as many blocks
+//     resident. Read from the L2 instead, each chunk of a pass waits for the L2's latency
+//     (Qwen2.5-0.5B batch 8 on an H100: 6,554 tokens/s unstaged, 6,993 staged;
+//     docs/optimization-log.md);
 //   - a slice's chunks are accumulated in order, the slices of a split K are added in slice
 //     order in shared memory; the order is fixed by (N, K) alone, and a row of the mma (a
 //     row of x) never meets another, so a row of x gets the same bits in a call of any
@@ -60,7 +65,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
   const int M = p.M, N = p.N, K = p.K, splits = p.splits;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int g = lane / 4, c = lane % 4;
-  const int groups = K / 8;        // 16-byte groups per row
+  const int groups = K / 8;  // 16-byte groups per row
   const bool x_shared = kNorm || p.stage_x;
   uint4* rows = dynamic_shared;  // (M, groups): x normalized or staged
   float* partial = reinterpret_cast<float*>(dynamic_shared + (x_shared ? M * groups : 0));
@@ -195,8 +200,7 @@ void launch_gemv_tensor_core(const GemvParams<T>& params, int epi, bool norm, cu
   const int64_t tile_groups = ceil_div(tiles, static_cast<int64_t>(kGemvWarps / p.splits));
   const int parts = epi == kPlain ? 1 : 2;
   const size_t rows_bytes = static_cast<size_t>(p.M * groups) * sizeof(uint4);
-  const size_t sums_bytes =
-      p.splits > 1 ? sizeof(float) * kGemvWarps * parts * kTileRows * 16 : 0;
+  const size_t sums_bytes = p.splits > 1 ? sizeof(float) * kGemvWarps * parts * kTileRows * 16 : 0;
   auto pick = [&](auto epilogue) {
     constexpr int kE = decltype(epilogue)::value;
     return norm ? gemv_tensor_core_kernel<T, kE, true> : gemv_tensor_core_kernel<T, kE, false>;
@@ -208,10 +212,10 @@ void launch_gemv_tensor_core(const GemvParams<T>& params, int epi, bool norm, cu
   p.stage_x = !norm && stage_x_fits(address, sums_bytes, rows_bytes, tile_groups);
   const size_t shared = (norm || p.stage_x ? rows_bytes : 0) + sums_bytes;
   allow_dynamic_shared(address, shared);
-  launch_dependent("gemv_tensor_core_kernel", kernel,
-                   dim3(static_cast<unsigned>(
-                       std::min<int64_t>(tile_groups, resident_blocks(address, shared)))),
-                   dim3(kGemvThreads), shared, stream, p);
+  launch_dependent(
+      "gemv_tensor_core_kernel", kernel,
+      dim3(static_cast<unsigned>(std::min<int64_t>(tile_groups, resident_blocks(address, shared)))),
+      dim3(kGemvThreads), shared, stream, p);
 }
 
 template void launch_gemv_tensor_core(const GemvParams<__nv_bfloat16>&, int, bool, cudaStream_t);

@@ -2,11 +2,13 @@
 // (F32 inputs; BF16 and F16 inputs widened exactly to F32 for the reference), on the
 // Qwen2.5-0.5B decode shapes (split-K for the down projection) and small odd ones, every row
 // count 1..8 (1–4 on the CUDA-core kernel, 5–8 of BF16/F16 on the tensor-core one), with bias
-// and with the SwiGLU epilogue; a row's bits alone equal its bits among up to 4 rows, and
-// among 5..8 rows equal its bits among 8; the fused norm prologue and residual epilogue give the
-// bits of rms_norm_out, gemv_out and add_out run one after another (RMSNorm widths whose norm block
-// has 32 to 1,024 threads, in place and not), and the rope_kv_write epilogue those of gemv_out and
-// rope_kv_write (D 64 and 128, f32 and bf16 caches, a padding slot); the error paths.
+// and with the SwiGLU epilogue, and a K whose 8 rows of x do not fit in shared memory (read
+// from global memory, where fewer rows are staged); a row's bits alone equal its bits among
+// up to 4 rows, and among 5..8 rows equal its bits among 8; the fused norm prologue and residual
+// epilogue give the bits of rms_norm_out, gemv_out and add_out run one after another (RMSNorm
+// widths whose norm block has 32 to 1,024 threads, in place and not), and the rope_kv_write
+// epilogue those of gemv_out and rope_kv_write (D 64 and 128, f32 and bf16 caches, a padding slot);
+// the error paths.
 #include <gtest/gtest.h>
 
 #include <cmath>
