@@ -50,14 +50,23 @@ __host__ __device__ inline bool tile_needs_mask(const FlashShape& s, int64_t t0,
   return j0 + kTileRows - 1 > t0 + s.S - s.T;  // the last key after the first query
 }
 
+// Key tiles of `key_rows` keys, [0, end), that the queries [t0, t0 + query_rows) (up to T)
+// see under a causal mask over default positions (query t at t + S − T): through the last
+// key the last of them sees. The mma.sync kernels ask for 64-row tiles of both, the wgmma ones
+// for their own.
+__host__ __device__ inline int64_t causal_key_tiles(int64_t T, int64_t S, int64_t t0,
+                                                    int64_t query_rows, int64_t key_rows) {
+  const int64_t last_query = (t0 + query_rows < T ? t0 + query_rows : T) - 1;
+  const int64_t last_key = last_query + S - T;  // the last key that query sees
+  if (last_key < 0) return 0;
+  return ((last_key + 1 < S ? last_key + 1 : S) + key_rows - 1) / key_rows;
+}
+
 // Key tiles [0, end) that the query tile starting at t0 visits: all of them, unless the mask
 // is causal over default positions, where keys after the tile's last query are skipped.
 __host__ __device__ inline int64_t key_tiles_end(const FlashShape& s, int64_t t0) {
   if (!s.causal || s.q_pos != nullptr || s.k_pos != nullptr) return tiles_of(s.S);
-  const int64_t last_query = (t0 + kTileRows < s.T ? t0 + kTileRows : s.T) - 1;
-  const int64_t last_key = last_query + s.S - s.T;  // the last key that query sees
-  if (last_key < 0) return 0;
-  return tiles_of(last_key + 1 < s.S ? last_key + 1 : s.S);
+  return causal_key_tiles(s.T, s.S, t0, kTileRows, kTileRows);
 }
 
 // Starts the asynchronous loads of key and value tile `tile` (rows tile·64.., zero rows past

@@ -248,13 +248,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1) flash_dq_wgmma_kernel(Backwa
   const int warp = (t % kGroupThreads) / 32, lane = t % 32, g = lane / 4, c = lane % 4;
   const bf16* ds_head = a.ds + bh * a.ds_rows * a.ds_pitch;  // (ds_rows, ds_pitch)
   const bf16* k_head = a.k + kv * s.S * D;                   // (S, D)
-  const int64_t all_tiles = (s.S + kKeyTile - 1) / kKeyTile;
-  int64_t tiles = all_tiles;
-  if (s.causal) {  // through the key the block's last query sees
-    const int64_t last_t = (t0 + kQueryBlock < s.T ? t0 + kQueryBlock : s.T) - 1;
-    const int64_t end = (last_t + s.S - s.T + kKeyTile) / kKeyTile;
-    tiles = end < all_tiles ? end : all_tiles;
-  }
+  const int64_t tiles = s.causal ? causal_key_tiles(s.T, s.S, t0, kQueryBlock, kKeyTile)
+                                 : (s.S + kKeyTile - 1) / kKeyTile;
   const auto load = [&](int64_t j) {
     // dSᵀ rows j·kKeyTile…, the block's kQueryBlock queries (two 64-column atoms); K rows
     // past S as zeros (their dS is 0 in the scratch).

@@ -77,14 +77,8 @@ __device__ __forceinline__ Work work_of(const FlashShape& s) {
   w.group_t0 = w.t0 + w.group * kGroupRows;
   w.row_t = w.group_t0 + 16 * w.warp + w.g;
   w.offset = s.S - s.T;
-  const int64_t all_tiles = (s.S + kKeys - 1) / kKeys;
-  if (s.causal) {
-    const int64_t last_t = (w.t0 + kBlockRows < s.T ? w.t0 + kBlockRows : s.T) - 1;
-    const int64_t end = (last_t + w.offset + kKeys) / kKeys;  // through the last visible key
-    w.tiles = static_cast<int>(end < all_tiles ? end : all_tiles);
-  } else {
-    w.tiles = static_cast<int>(all_tiles);
-  }
+  w.tiles = static_cast<int>(s.causal ? flash::causal_key_tiles(s.T, s.S, w.t0, kBlockRows, kKeys)
+                                      : (s.S + kKeys - 1) / kKeys);
   w.q_row0 = (b * s.H + h) * s.T + w.t0;
   w.kv_row0 = (b * s.Hkv + h / (s.H / s.Hkv)) * s.S;
   return w;
