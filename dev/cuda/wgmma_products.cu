@@ -61,8 +61,8 @@ __global__ void __launch_bounds__(kGroupThreads)
   load_tile<64>(a_tile, a, 64, 64, t, kGroupThreads);
   load_tile<64>(b_tile, b, 64, 64, t, kGroupThreads);
   load_tile<64>(v_tile, v, 64, 64, t, kGroupThreads);
-  cp_async_commit();
-  cp_async_wait<0>();
+  commit_async();
+  wait_async<0>();
   fence_async_shared();
   __syncthreads();
   float d[32];
@@ -111,8 +111,8 @@ __global__ void __launch_bounds__(kGroupThreads)
   load_tile<64>(a_tile, a, 64, 64, t, kGroupThreads);
   load_tile<64>(w_tile, w, 128, 64, t, kGroupThreads);
   load_tile<128>(x_tile, x, 64, 128, t, kGroupThreads);
-  cp_async_commit();
-  cp_async_wait<0>();
+  commit_async();
+  wait_async<0>();
   fence_async_shared();
   __syncthreads();
   float d[64];

@@ -1,5 +1,6 @@
 // Device helpers shared by the CUDA kernels: element conversion, strided indexing, warp and
-// block reductions, launch sizes. Device code only; includes nothing outside src/cuda/.
+// block reductions, launch sizes, cp.async copies (async_copy.cuh). Device code only; includes
+// nothing outside src/cuda/.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,6 +9,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "async_copy.cuh"
 
 namespace microllm::cuda {
 
@@ -104,22 +107,6 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   const int warps = blockDim.x / kWarp;
   v = lane < warps ? scratch[lane] : -INFINITY;
   return warp_max(v);
-}
-
-// ---- asynchronous copies (sm_80+) ----------------------------------------------------------
-// 16 bytes global → shared without passing through registers; with valid false the 16 bytes
-// are zero-filled and nothing is read.
-__device__ __forceinline__ void copy16_async(void* shared, const void* global, bool valid) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  const int source_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global),
-               "r"(source_bytes));
-}
-__device__ __forceinline__ void commit_async() { asm volatile("cp.async.commit_group;\n"); }
-// Waits until at most `pending` committed groups are still in flight.
-template <int pending>
-__device__ __forceinline__ void wait_async() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
 }
 
 // ---- launch sizes ------------------------------------------------------------------------

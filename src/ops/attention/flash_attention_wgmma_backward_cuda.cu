@@ -106,9 +106,9 @@ __global__ void __launch_bounds__(kBlockThreads, 1) flash_dkdv_wgmma_kernel(Back
   load_tile_rows<D>(k_tile, a.k + (kv * s.S + j0) * D, kKeyBlock, key_valid, D, t, kBlockThreads);
   load_tile_rows<D>(v_tile, a.v + (kv * s.S + j0) * D, kKeyBlock, key_valid, D, t, kBlockThreads);
   if (steps > 0) load_step(0);
-  cp_async_commit();
+  commit_async();
   if (steps > 1) load_step(1);
-  cp_async_commit();
+  commit_async();
 
   // This thread's keys: key and key + 8; its queries in a tile: 8·(e / 4) + 2c + e % 2 for
   // accumulator element e.
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) flash_dkdv_wgmma_kernel(Back
   for (int e = 0; e < D / 2; ++e) dk_acc[e] = dv_acc[e] = 0.0f;
 
   for (int64_t n = 0; n < steps; ++n) {
-    cp_async_wait<1>();
+    wait_async<1>();
     fence_async_shared();
     __syncthreads();
     const int64_t q0 = q0_of(n);
@@ -191,9 +191,9 @@ __global__ void __launch_bounds__(kBlockThreads, 1) flash_dkdv_wgmma_kernel(Back
     fence_registers(dk_acc);
     __syncthreads();  // both warpgroups are done with this stage
     if (n + 2 < steps) load_step(n + 2);
-    cp_async_commit();
+    commit_async();
   }
-  cp_async_wait<0>();  // with no steps, K and V were loaded and never waited for
+  wait_async<0>();  // with no steps, K and V were loaded and never waited for
   // This part's unscaled F32 sums (the caller's sum kernel scales and rounds their total), or
   // with one part dK (scaled) and dV in BF16; rows past S are not stored.
   const int64_t part_row0 = a.parts > 1 ? (part * s.B * s.Hkv + kv) * s.S : kv * s.S;
@@ -260,14 +260,14 @@ __global__ void __launch_bounds__(kBlockThreads, 1) flash_dq_wgmma_kernel(Backwa
     load_tile_rows<D>(k_tile(j), k_head + j * kKeyTile * D, kKeyTile, valid, D, t, kBlockThreads);
   };
   load(0);
-  cp_async_commit();
+  commit_async();
   if (tiles > 1) load(1);
-  cp_async_commit();
+  commit_async();
   float acc[D / 2];
 #pragma unroll
   for (int e = 0; e < D / 2; ++e) acc[e] = 0.0f;
   for (int64_t j = 0; j < tiles; ++j) {
-    cp_async_wait<1>();
+    wait_async<1>();
     fence_async_shared();
     __syncthreads();
     // A = dS (queries × keys), stored keys × queries: MN-major; the warpgroup's 64 queries
@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) flash_dq_wgmma_kernel(Backwa
     fence_registers(acc);
     __syncthreads();
     if (j + 2 < tiles) load(j + 2);
-    cp_async_commit();
+    commit_async();
   }
   // Rows past T are not stored (their dS columns may never have been written).
   const int64_t row_t = t0 + group_index * kGroupRows + 16 * warp + g;

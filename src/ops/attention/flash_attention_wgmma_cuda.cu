@@ -114,9 +114,9 @@ struct Tiles {
     const int valid = static_cast<int>(a.s.T - w.t0 < kBlockRows ? a.s.T - w.t0 : kBlockRows);
     load_tile_rows<D>(base, a.q + w.q_row0 * D, kBlockRows, valid, D, threadIdx.x, kThreads);
     load(0);
-    cp_async_commit();
+    commit_async();
     if (w.tiles > 1) load(1);
-    cp_async_commit();
+    commit_async();
   }
 };
 
@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_forward_wgmma_kernel(const 
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, alpha[2];
   uint32_t p[kKeys / 16][4];  // the previous tile's probabilities
   for (int j = 0; j < w.tiles; ++j) {
-    cp_async_wait<1>();  // tile j is here (tile j + 1 may still be in flight)
+    wait_async<1>();  // tile j is here (tile j + 1 may still be in flight)
     fence_async_shared();
     __syncthreads();
     float s[kKeys / 2];
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_forward_wgmma_kernel(const 
     pack_probabilities(s, p);
     __syncthreads();  // every warpgroup is done with tile j − 1's V (and tile j's K)
     if (j + 2 < w.tiles) tiles.load(j + 2);
-    cp_async_commit();  // possibly empty: one group per tile for the wait above
+    commit_async();  // possibly empty: one group per tile for the wait above
   }
   issue_values<D>(acc, p, tiles.v(w.tiles - 1));
   wgmma_wait<0>();

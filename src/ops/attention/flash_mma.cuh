@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "../../cuda/kernel_utils.cuh"
+#include "../../cuda/async_copy.cuh"
 
 namespace microllm::ops::flash {
 
@@ -126,7 +126,7 @@ __device__ __forceinline__ void load_b_pair_transposed(uint32_t (&b)[2][2], cons
   b[1][1] = r[3];
 }
 
-// 16-byte cp.async copies (src/cuda/kernel_utils.cuh).
+// 16-byte cp.async copies (src/cuda/async_copy.cuh).
 using microllm::cuda::commit_async;
 using microllm::cuda::copy16_async;
 using microllm::cuda::wait_async;

@@ -24,6 +24,8 @@
 
 #include <cstdint>
 
+#include "../../cuda/async_copy.cuh"
+
 namespace microllm::ops::wgmma {
 
 constexpr int kAtomCols = 64;  // BF16 columns of a 128-byte tile row
@@ -168,15 +170,10 @@ __device__ __forceinline__ void cp_async16(void* shared, const void* global) {
 }
 // Copies `bytes` (0 or 16) and fills the rest of the 16 with zeros.
 __device__ __forceinline__ void cp_async16_fill(void* shared, const void* global, uint32_t bytes) {
-  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global),
-               "r"(bytes));
+  microllm::cuda::copy16_async(shared, global, bytes != 0);
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
+using microllm::cuda::commit_async;  // the cp.async groups (src/cuda/async_copy.cuh)
+using microllm::cuda::wait_async;
 
 // Copies `rows` rows of kCols elements from global (rows `stride` elements apart) into a
 // swizzled tile, 16 bytes a thread at a time, by `threads` threads.
