@@ -11,10 +11,12 @@
 // device wait). kernels_per_step counts the nodes of a decode step's CUDA graph (with
 // --no-cuda-graphs, of one capture of the eager step: the same kernels, launched one by
 // one). Warm-up repetitions run first and are not recorded.
+// `switches` lists the MICROLLM_* environment switches that were set (they choose kernels).
 #include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -30,6 +32,17 @@
 #endif
 
 namespace {
+
+// The environment switches that choose kernels (set ones only), so that an A/B of one binary
+// under two settings is told apart in its documents.
+nlohmann::json kernel_switches() {
+  nlohmann::json switches = nlohmann::json::object();
+  for (const char* name :
+       {"MICROLLM_DECODE_FUSION", "MICROLLM_FLASH_WGMMA", "MICROLLM_GEMV_CLUSTER_SPLIT",
+        "MICROLLM_GEMV_ENGINE", "MICROLLM_PROGRAMMATIC_LAUNCH"})
+    if (const char* value = std::getenv(name)) switches[name] = value;
+  return switches;
+}
 
 using namespace microllm;
 using Clock = std::chrono::steady_clock;
@@ -138,6 +151,7 @@ int run(const Options& o) {
                           {"reps", o.reps},
                           {"block_size", eo.block_size},
                           {"cuda_graphs", device.is_cuda() && eo.cuda_graphs}}},
+                        {"switches", kernel_switches()},
                         {"samples", samples},
                         {"kv_bytes", engine.kv_cache_bytes()},
                         {"weight_bytes", static_cast<int64_t>(weights->flat().nbytes())},

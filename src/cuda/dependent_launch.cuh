@@ -34,26 +34,40 @@ __device__ __forceinline__ void enter_dependent_grid() {
 }
 
 // Host: kernel<<<grid, block, shared_bytes, stream>>>(args...), with the programmatic
-// stream serialization attribute when programmatic_launch() is on. `name` is for errors.
+// stream serialization attribute when programmatic_launch() is on, and with
+// `cluster_blocks` > 1 as thread-block clusters of that many consecutive blocks along x
+// (grid.x a multiple of it). `name` is for errors.
 template <class... Params, class... Args>
-void launch_dependent(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block,
-                      size_t shared_bytes, cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = programmatic_launch() ? 1 : 0;
+void launch_dependent_clusters(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block,
+                               unsigned cluster_blocks, size_t shared_bytes, cudaStream_t stream,
+                               Args&&... args) {
+  cudaLaunchAttribute attributes[2]{};
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = programmatic_launch() ? 1 : 0;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = cluster_blocks;
+  attributes[1].val.clusterDim.y = 1;
+  attributes[1].val.clusterDim.z = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  config.attrs = attributes;
+  config.numAttrs = cluster_blocks > 1 ? 2 : 1;
   const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (status != cudaSuccess) {
     (void)cudaGetLastError();  // clear it, so the next launch check does not report it again
     detail::throw_cuda_error(status, name, __FILE__, __LINE__);
   }
   detail::check_launch(name, __FILE__, __LINE__);
+}
+
+template <class... Params, class... Args>
+void launch_dependent(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block,
+                      size_t shared_bytes, cudaStream_t stream, Args&&... args) {
+  launch_dependent_clusters(name, kernel, grid, block, 1, shared_bytes, stream,
+                            std::forward<Args>(args)...);
 }
 
 }  // namespace microllm::cuda

@@ -267,8 +267,14 @@ void gemv_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const 
     // The split of the (N, K) product the unfused call would make (with rope: of all 2N
     // QKV rows), so that the fused epilogues keep its bits.
     const int64_t product_rows = epi == kRope ? 2 * N : N;
-    p.splits =
-        tensor_cores ? tensor_core_splits(product_rows, groups) : splits_for(product_rows, groups);
+    if (tensor_cores) {
+      const TensorCoreSplit split = tensor_core_split(product_rows, groups);
+      p.splits = split.warps;
+      p.cluster_blocks = split.blocks;
+    } else {
+      p.splits = splits_for(product_rows, groups);
+      p.cluster_blocks = 1;
+    }
     p.norm_threads = norm ? static_cast<int>(rms_norm_forward_threads(groups)) : 0;
     if (epi == kRope)
       p.rope = RopeTargets<T>{ptr<const int32_t>(rope.positions),

@@ -52,7 +52,8 @@ struct GemvParams {
   const T* residual;     // (M, N) or null: y = residual + product; may be y itself
   T* y;                  // (M, N); null with rope
   float eps;
-  int M, N, K, splits;  // N: output rows (pairs with swiglu and rope)
+  int M, N, K, splits;  // N: output rows (pairs with swiglu and rope); splits: K slices a block
+  int cluster_blocks;   // tensor-core kernel: blocks (one cluster) a tile's K slices spread over
   int norm_threads;     // rms_norm_forward_threads(K / kVec<T>): the block the norm would run
   bool stage_x;         // tensor-core kernel without the norm: x staged (stage_rows)
   RopeTargets<T> rope;
@@ -303,9 +304,14 @@ inline bool stage_x_fits(const void* kernel, size_t shared, size_t stage_bytes, 
   return fits;
 }
 
-// The tensor-core kernel for BF16/F16 (gemv_tensor_core_cuda.cu): p.splits from
-// tensor_core_splits; epi one of kPlain, kSwiglu, kRope; with `norm` the prologue.
-int tensor_core_splits(int64_t rows, int64_t groups);
+// The tensor-core kernel for BF16/F16 (gemv_tensor_core_cuda.cu): p.splits and
+// p.cluster_blocks from tensor_core_split; epi one of kPlain, kSwiglu, kRope; with `norm` the
+// prologue.
+struct TensorCoreSplit {
+  int warps;   // K slices of a tile within a block
+  int blocks;  // blocks of a cluster that share a tile: warps · blocks slices in all
+};
+TensorCoreSplit tensor_core_split(int64_t rows, int64_t groups);
 template <class T>
 void launch_gemv_tensor_core(const GemvParams<T>& p, int epi, bool norm, cudaStream_t stream);
 

@@ -21,7 +21,12 @@
 //   - a slice's chunks are accumulated in order, the slices of a split K are added in slice
 //     order in shared memory; the order is fixed by (N, K) alone, and a row of the mma (a
 //     row of x) never meets another, so a row of x gets the same bits in a call of any
-//     number of rows up to 16.
+//     number of rows up to 16;
+//   - with MICROLLM_GEMV_CLUSTER_SPLIT=1 a tile's K may also be split over the blocks of a
+//     thread-block cluster (Hopper), for the products whose tiles alone give fewer blocks
+//     than SMs (Qwen2.5-0.5B at M = 8: 56–152 blocks for 132 SMs); the blocks add each
+//     other's slice sums through distributed shared memory, in the same slice order, so
+//     there is no global scratch and nothing to zero. Not yet measured: off by default.
 // gemv_cuda.cu sends it the BF16/F16 calls of 5 to 8 rows: there it streams W faster than
 // the CUDA-core kernel, which re-reads x from L1 for every row of W (LM head at M = 8: 101
 // against 235 µs, at M = 4 94 against 140); at M = 1 it is slower (LM head 88 against
@@ -30,7 +35,11 @@
 // (0.78 TB/s on the LM head at M = 64). Measurements: docs/optimization-log.md.
 // Reference for the fragment layouts: PTX ISA, "Matrix fragments for mma.m16n8k16"
 // (ops/attention/flash_mma.cuh holds the wrapper).
+#include <cooperative_groups.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -43,9 +52,12 @@ namespace {
 
 constexpr int kTileRows = 8;            // output rows per warp: the mma's B columns
 constexpr int kChunkGroups = 4;         // 16-byte groups of a row per chunk (one per c)
-constexpr int kMaxSplits = kGemvWarps;  // K slices of one tile
 constexpr int64_t kTargetWarps = 1024;  // 8 KB in flight each: ~8 MB over the GPU
 constexpr int kMinSliceGroups = 8;      // a slice keeps at least 2 chunks
+// With the cluster split: about 2 blocks an SM of a 132-SM GPU, slices of one chunk or more.
+constexpr int64_t kClusterTargetWarps = 2048;
+constexpr int kClusterMinSliceGroups = 4;
+constexpr int kMaxClusterBlocks = 4;
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -62,8 +74,10 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
   constexpr int kCols = 16;                       // x rows the A tile holds
   extern __shared__ uint4 dynamic_shared[];
   __shared__ float scratch[kNormScratch];  // the prologue's warp sums
-  const int M = p.M, N = p.N, K = p.K, splits = p.splits;
+  namespace cg = cooperative_groups;
+  const int M = p.M, N = p.N, K = p.K, splits = p.splits, cluster = p.cluster_blocks;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int rank = cluster > 1 ? static_cast<int>(cg::this_cluster().block_rank()) : 0;
   const int g = lane / 4, c = lane % 4;
   const int groups = K / 8;  // 16-byte groups per row
   const bool x_shared = kNorm || p.stage_x;
@@ -72,8 +86,9 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
   const int tiles_per_block = kGemvWarps / splits;
   const int64_t tiles = (N + kTileRows - 1) / kTileRows;
   const int64_t tile_groups = (tiles + tiles_per_block - 1) / tiles_per_block;
-  const int slice = warp % splits;
-  const int per_slice = (groups + splits - 1) / splits;
+  const int slices = splits * cluster;  // of a tile: `splits` in each block of the cluster
+  const int slice = rank * splits + warp % splits;
+  const int per_slice = (groups + slices - 1) / slices;
   const int begin = slice * per_slice, end = min(groups, begin + per_slice);
   uint4 wv[kParts][kChunks];  // one pass of row g of the tile: parts × chunks
   const uint4* w_rows[kParts];
@@ -95,7 +110,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
     }
   };
   // The first pass of W streams in before the wait for the kernel that wrote x.
-  const int64_t first_tile = static_cast<int64_t>(blockIdx.x) * tiles_per_block + warp / splits;
+  const int64_t first_group = blockIdx.x / cluster, group_step = gridDim.x / cluster;
+  const int64_t first_tile = first_group * tiles_per_block + warp / splits;
   if (first_tile < tiles) {
     point_at(first_tile);
     load_pass(begin);
@@ -110,11 +126,11 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
     const int64_t at = static_cast<int64_t>(m) * groups + gi;
     return m < M && gi < end ? (x_shared ? rows[at] : __ldg(x + at)) : make_uint4(0, 0, 0, 0);
   };
-  for (int64_t tile_group = blockIdx.x; tile_group < tile_groups; tile_group += gridDim.x) {
+  for (int64_t tile_group = first_group; tile_group < tile_groups; tile_group += group_step) {
     const int64_t tile = tile_group * tiles_per_block + warp / splits;
     float acc[kParts][4] = {};  // element j: x row g + 8·(j / 2), output row 2c + j % 2
     if (tile < tiles) {         // no early exit: the whole block meets at __syncthreads below
-      if (tile_group != blockIdx.x) {
+      if (tile_group != first_group) {
         point_at(tile);
         load_pass(begin);
       }
@@ -138,7 +154,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
         }
       }
     }
-    if (splits == 1) {
+    if (slices == 1) {
       if (tile < tiles) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -161,36 +177,63 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
         const int r = 2 * c + j % 2, m = g + 8 * (j / 2);
         partial[((warp * kParts + q) * kTileRows + r) * kCols + m] = acc[q][j];
       }
-    __syncthreads();
-    // One thread per (tile of the block, row of the tile, row of x) adds the slices in order.
-    for (int e = threadIdx.x; e < tiles_per_block * kTileRows * M; e += kGemvThreads) {
+    // With a cluster, the sums of every block are read through distributed shared memory.
+    if (cluster > 1)
+      cg::this_cluster().sync();
+    else
+      __syncthreads();
+    // One thread of the cluster per (tile of the block, row of the tile, row of x) adds the
+    // slices in slice order: block 0's, then block 1's, ...
+    const int elements = tiles_per_block * kTileRows * M;
+    for (int e = rank * kGemvThreads + threadIdx.x; e < elements; e += cluster * kGemvThreads) {
       const int m = e % M, r = (e / M) % kTileRows, local = e / (M * kTileRows);
       const int64_t n = (tile_group * tiles_per_block + local) * kTileRows + r;
       if (n >= N) continue;
       float sum[kParts];
+      for (int b = 0; b < cluster; ++b) {
+        const float* sums = cluster > 1 ? cg::this_cluster().map_shared_rank(partial, b) : partial;
 #pragma unroll
-      for (int q = 0; q < kParts; ++q) {
-        sum[q] = partial[((local * splits * kParts + q) * kTileRows + r) * kCols + m];
-        for (int s = 1; s < splits; ++s)
-          sum[q] += partial[(((local * splits + s) * kParts + q) * kTileRows + r) * kCols + m];
+        for (int q = 0; q < kParts; ++q)
+          for (int s = 0; s < splits; ++s) {
+            const float v = sums[(((local * splits + s) * kParts + q) * kTileRows + r) * kCols + m];
+            sum[q] = b == 0 && s == 0 ? v : sum[q] + v;
+          }
       }
       finish_row<T, kEpi>(p, n, m, sum);
     }
-    __syncthreads();  // partial is rewritten by the next tile group
+    // partial is rewritten by the next tile group (and read by the cluster until then).
+    if (cluster > 1)
+      cg::this_cluster().sync();
+    else
+      __syncthreads();
   }
 }
 
 }  // namespace
 
-// Split-K factor for a product of `rows` weight rows of `groups` 16-byte groups: double while
-// the grid is short of kTargetWarps and each slice keeps kMinSliceGroups.
-int tensor_core_splits(int64_t rows, int64_t groups) {
+// Whether a tile's K slices may spread over a cluster of blocks: MICROLLM_GEMV_CLUSTER_SPLIT=1
+// (read at each call, so tests can switch it; off by default until measured).
+bool cluster_split_enabled() {
+  const char* env = std::getenv("MICROLLM_GEMV_CLUSTER_SPLIT");
+  return env != nullptr && std::strcmp(env, "1") == 0;
+}
+
+// Split-K for a product of `rows` weight rows of `groups` 16-byte groups: the slices of a tile
+// double while the grid is short of the target warps and each slice keeps its minimum groups;
+// within a block up to kGemvWarps slices (kTargetWarps, kMinSliceGroups); with the cluster
+// split on, past them over the blocks of a cluster (kClusterTargetWarps, kClusterMinSliceGroups,
+// up to kMaxClusterBlocks blocks). Fixed by (rows, groups) and the switch, never by M.
+TensorCoreSplit tensor_core_split(int64_t rows, int64_t groups) {
+  const bool clusters = cluster_split_enabled();
+  const int64_t target = clusters ? kClusterTargetWarps : kTargetWarps;
+  const int64_t min_groups = clusters ? kClusterMinSliceGroups : kMinSliceGroups;
+  const int max_slices = clusters ? kGemvWarps * kMaxClusterBlocks : kGemvWarps;
   const int64_t tiles = (rows + kTileRows - 1) / kTileRows;
-  int splits = 1;
-  while (splits < kMaxSplits && tiles * splits < kTargetWarps &&
-         groups / (2 * splits) >= kMinSliceGroups)
-    splits *= 2;
-  return splits;
+  int slices = 1;
+  while (slices < max_slices && tiles * slices < target && groups / (2 * slices) >= min_groups)
+    slices *= 2;
+  const int warps = std::min(slices, kGemvWarps);
+  return {warps, slices / warps};
 }
 
 template <class T>
@@ -198,9 +241,11 @@ void launch_gemv_tensor_core(const GemvParams<T>& params, int epi, bool norm, cu
   GemvParams<T> p = params;
   const int64_t groups = p.K / 8, tiles = ceil_div(static_cast<int64_t>(p.N), kTileRows);
   const int64_t tile_groups = ceil_div(tiles, static_cast<int64_t>(kGemvWarps / p.splits));
+  const int64_t cluster = p.cluster_blocks;  // blocks a tile group is spread over
   const int parts = epi == kPlain ? 1 : 2;
   const size_t rows_bytes = static_cast<size_t>(p.M * groups) * sizeof(uint4);
-  const size_t sums_bytes = p.splits > 1 ? sizeof(float) * kGemvWarps * parts * kTileRows * 16 : 0;
+  const size_t sums_bytes =
+      p.splits * cluster > 1 ? sizeof(float) * kGemvWarps * parts * kTileRows * 16 : 0;
   auto pick = [&](auto epilogue) {
     constexpr int kE = decltype(epilogue)::value;
     return norm ? gemv_tensor_core_kernel<T, kE, true> : gemv_tensor_core_kernel<T, kE, false>;
@@ -209,13 +254,15 @@ void launch_gemv_tensor_core(const GemvParams<T>& params, int epi, bool norm, cu
                       : epi == kRope ? pick(std::integral_constant<int, kRope>{})
                                      : pick(std::integral_constant<int, kPlain>{});
   const void* address = reinterpret_cast<const void*>(kernel);
-  p.stage_x = !norm && stage_x_fits(address, sums_bytes, rows_bytes, tile_groups);
+  p.stage_x = !norm && stage_x_fits(address, sums_bytes, rows_bytes, tile_groups * cluster);
   const size_t shared = (norm || p.stage_x ? rows_bytes : 0) + sums_bytes;
   allow_dynamic_shared(address, shared);
-  launch_dependent(
-      "gemv_tensor_core_kernel", kernel,
-      dim3(static_cast<unsigned>(std::min<int64_t>(tile_groups, resident_blocks(address, shared)))),
-      dim3(kGemvThreads), shared, stream, p);
+  // Whole clusters, at most what fits at once; cluster i serves tile groups i, i + clusters, …
+  const int64_t clusters =
+      std::max<int64_t>(1, std::min(tile_groups, resident_blocks(address, shared) / cluster));
+  launch_dependent_clusters("gemv_tensor_core_kernel", kernel,
+                            dim3(static_cast<unsigned>(clusters * cluster)), dim3(kGemvThreads),
+                            static_cast<unsigned>(cluster), shared, stream, p);
 }
 
 template void launch_gemv_tensor_core(const GemvParams<__nv_bfloat16>&, int, bool, cudaStream_t);
