@@ -54,8 +54,8 @@ constexpr int kTileRows = 8;            // output rows per warp: the mma's B col
 constexpr int kChunkGroups = 4;         // 16-byte groups of a row per chunk (one per c)
 constexpr int64_t kTargetWarps = 1024;  // 8 KB in flight each: ~8 MB over the GPU
 constexpr int kMinSliceGroups = 8;      // a slice keeps at least 2 chunks
-// With the cluster split: about 2 blocks an SM of a 132-SM GPU, slices of one chunk or more.
-constexpr int64_t kClusterTargetWarps = 2048;
+// With the cluster split: about 1.5 blocks an SM of a 132-SM GPU, slices of a chunk or more.
+constexpr int64_t kClusterTargetWarps = 1536;
 constexpr int kClusterMinSliceGroups = 4;
 constexpr int kMaxClusterBlocks = 4;
 
