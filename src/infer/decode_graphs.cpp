@@ -1,6 +1,8 @@
 // DecodeGraphs (see decode_graphs.h).
 #include "microllm/infer/decode_graphs.h"
 
+#include <algorithm>
+
 #include "microllm/core/error.h"
 #include "microllm/ops/sampling.h"
 #if MICROLLM_WITH_CUDA
@@ -32,9 +34,13 @@ bool graphable_step(int64_t num_tokens, int64_t num_seqs, int64_t history_len) {
 #if MICROLLM_WITH_CUDA
 
 struct DecodeGraphs::Graphs {
-  explicit Graphs(Device device) : plain(device), with_logprobs(device) {}
-  cuda::CudaGraph plain;          // top_n = 0
-  cuda::CudaGraph with_logprobs;  // top_n = kMaxTopLogprobs
+  explicit Graphs(Device device) : plain(device), sampled_logprobs(device), top_logprobs(device) {}
+  const cuda::CudaGraph& serving(int64_t top_n) const {
+    return top_n < 0 ? plain : top_n == 0 ? sampled_logprobs : top_logprobs;
+  }
+  cuda::CudaGraph plain;             // top_n = −1: no logprobs
+  cuda::CudaGraph sampled_logprobs;  // top_n = 0: the sampled tokens' logprobs
+  cuda::CudaGraph top_logprobs;      // top_n = kMaxTopLogprobs
 };
 
 DecodeGraphs::DecodeGraphs(Device device, std::vector<int64_t> buckets, const StepFn& step)
@@ -45,18 +51,23 @@ DecodeGraphs::DecodeGraphs(Device device, std::vector<int64_t> buckets, const St
   for (size_t i = buckets_.size(); i-- > 0;) {  // largest first
     const int64_t bucket = buckets_[i];
     auto g = std::make_unique<Graphs>(device);
-    g->plain.capture(stream, [&] { step(bucket, 0); });
-    g->with_logprobs.capture(stream, [&] { step(bucket, ops::kMaxTopLogprobs); });
+    g->plain.capture(stream, [&] { step(bucket, -1); });
+    g->sampled_logprobs.capture(stream, [&] { step(bucket, 0); });
+    g->top_logprobs.capture(stream, [&] { step(bucket, ops::kMaxTopLogprobs); });
     graphs_[i] = std::move(g);
   }
 }
 
 DecodeGraphs::~DecodeGraphs() = default;
 
-void DecodeGraphs::replay(int64_t bucket, bool logprobs) const {
+int64_t DecodeGraphs::captured_top_n(int64_t top_n) {
+  return top_n > 0 ? ops::kMaxTopLogprobs : std::max<int64_t>(top_n, -1);
+}
+
+void DecodeGraphs::replay(int64_t bucket, int64_t top_n) const {
   for (size_t i = 0; i < buckets_.size(); ++i)
     if (buckets_[i] == bucket) {
-      const cuda::CudaGraph& g = logprobs ? graphs_[i]->with_logprobs : graphs_[i]->plain;
+      const cuda::CudaGraph& g = graphs_[i]->serving(top_n);
       g.replay(cuda::current_stream(g.device()));
       return;
     }

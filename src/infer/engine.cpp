@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
 
 #include "byte_view.h"
 #include "microllm/autograd/node.h"
@@ -282,7 +283,7 @@ std::vector<TokenOutput> Engine::step() {
          batch.seqs[static_cast<size_t>(num_decode_rows)].num_new_tokens == 1)
     ++num_decode_rows;
   const Device device = s.weights->device();
-  int64_t top_n = 0;
+  int64_t top_n = -1;  // logprobs wanted by any sequence (−1: none, so none are computed)
   for (const ScheduledSeq& q : batch.seqs) top_n = std::max<int64_t>(top_n, q.seq->params.logprobs);
 
   // 1. Pack the step into the host buffer (padded to a graph bucket when one serves it).
@@ -303,8 +304,8 @@ std::vector<TokenOutput> Engine::step() {
   if (bucket > 0) {
 #if MICROLLM_WITH_CUDA
     s.host_inputs->upload(s.graph_inputs.narrow(0, 0, layout.total_bytes));
-    s.graphs->replay(bucket, top_n > 0);
-    sampled = &s.sampler->collect(B, top_n > 0 ? ops::kMaxTopLogprobs : 0);
+    s.graphs->replay(bucket, top_n);
+    sampled = &s.sampler->collect(B, DecodeGraphs::captured_top_n(top_n));
 #endif
   } else {
     Tensor inputs = s.host_inputs->tensor();  // CPU: the packed bytes themselves
@@ -331,7 +332,8 @@ std::vector<TokenOutput> Engine::step() {
     TokenOutput t;
     t.request_id = q.seq_id;
     t.token = ids[static_cast<size_t>(b)];
-    t.logprob = sampled->logprob[static_cast<size_t>(b)];
+    t.logprob = sampled->logprob.empty() ? std::numeric_limits<float>::quiet_NaN()
+                                         : sampled->logprob[static_cast<size_t>(b)];
     t.cached_prompt_tokens = q.seq->num_prefix_hit_tokens;
     const int32_t n = q.seq->params.logprobs;
     for (int32_t j = 0; j < n; ++j)
@@ -376,7 +378,7 @@ int64_t Engine::kernels_per_decode_step(int64_t num_seqs) const {
     const StepLayout layout = bucket_layout(num_seqs, s.max_blocks_per_seq);
     return DecodeGraphs::count_nodes(s.weights->device(), [&] {
       launch_step(*s.step, *s.kv, *s.sampler,
-                  step_views(s.device_inputs, layout, 0, s.max_model_len, num_seqs));
+                  step_views(s.device_inputs, layout, -1, s.max_model_len, num_seqs));
     });
   }
 #endif

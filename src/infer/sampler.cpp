@@ -1,6 +1,7 @@
 // Sampler (see sampler.h).
 #include "microllm/infer/sampler.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -88,13 +89,14 @@ double Sampler::last_wait_seconds() const { return state_->wait_seconds; }
 void Sampler::enqueue(const Tensor& logits, const SamplerRows& rows) {
   State& s = *state_;
   const int64_t B = logits.size(0), N = rows.top_n;
-  MICROLLM_CHECK(B <= s.max_seqs && logits.size(1) == s.vocab && N >= 0 && N <= kTop, "Sampler",
+  MICROLLM_CHECK(B <= s.max_seqs && logits.size(1) == s.vocab && N >= -1 && N <= kTop, "Sampler",
                  "logits ", logits.describe(), " with top ", N, " do not fit a sampler of ",
                  s.max_seqs, " rows and vocabulary ", s.vocab);
-  const Tensor ids = byte_view(s.outputs, s.layout.ids, {B}, DType::I32);                 // (B)
-  const Tensor logprob = byte_view(s.outputs, s.layout.logprob, {B}, DType::F32);         // (B)
-  const Tensor top_ids = byte_view(s.outputs, s.layout.top_ids, {B, N}, DType::I32);      // (B, N)
-  const Tensor top_lp = byte_view(s.outputs, s.layout.top_logprobs, {B, N}, DType::F32);  // (B, N)
+  const Tensor ids = byte_view(s.outputs, s.layout.ids, {B}, DType::I32);          // (B)
+  const Tensor logprob = byte_view(s.outputs, s.layout.logprob, {B}, DType::F32);  // (B)
+  const int64_t Nt = std::max<int64_t>(N, 0);
+  const Tensor top_ids = byte_view(s.outputs, s.layout.top_ids, {B, Nt}, DType::I32);      // (B, N)
+  const Tensor top_lp = byte_view(s.outputs, s.layout.top_logprobs, {B, Nt}, DType::F32);  // (B, N)
 
   // Penalties change a copy: the logprobs are those of the raw model distribution.
   Tensor scores = logits;  // (B, V)
@@ -116,7 +118,8 @@ void Sampler::enqueue(const Tensor& logits, const SamplerRows& rows) {
   params.seed = rows.seed;
   params.position = rows.sample_index;
   ops::sample(scores, params, ids, s.sample_scratch);
-  ops::logprobs(logits, ids, logprob, N > 0 ? top_ids : Tensor(), N > 0 ? top_lp : Tensor());
+  if (N >= 0)  // with no row wanting logprobs, their kernel is not launched
+    ops::logprobs(logits, ids, logprob, N > 0 ? top_ids : Tensor(), N > 0 ? top_lp : Tensor());
 #if MICROLLM_WITH_CUDA
   // One device→host copy of every output, asynchronous; collect() waits for it.
   if (s.device.is_cuda()) s.pinned.download(s.outputs);
@@ -125,7 +128,7 @@ void Sampler::enqueue(const Tensor& logits, const SamplerRows& rows) {
 
 const SampledRows& Sampler::collect(int64_t num_rows, int64_t top_n) {
   State& s = *state_;
-  MICROLLM_CHECK(num_rows >= 0 && num_rows <= s.max_seqs && top_n >= 0 && top_n <= kTop, "Sampler",
+  MICROLLM_CHECK(num_rows >= 0 && num_rows <= s.max_seqs && top_n >= -1 && top_n <= kTop, "Sampler",
                  "collect of ", num_rows, " rows with top ", top_n, " from a sampler of ",
                  s.max_seqs, " rows");
   const auto start = std::chrono::steady_clock::now();
@@ -146,10 +149,11 @@ const SampledRows& Sampler::collect(int64_t num_rows, int64_t top_n) {
                                   static_cast<size_t>(n));
   };
   s.rows.ids = span_i32(s.layout.ids, num_rows);
-  s.rows.logprob = span_f32(s.layout.logprob, num_rows);
-  s.rows.top_ids = span_i32(s.layout.top_ids, num_rows * top_n);
-  s.rows.top_logprobs = span_f32(s.layout.top_logprobs, num_rows * top_n);
-  s.rows.top_n = top_n;
+  const int64_t top = std::max<int64_t>(top_n, 0);
+  s.rows.logprob = span_f32(s.layout.logprob, top_n >= 0 ? num_rows : 0);
+  s.rows.top_ids = span_i32(s.layout.top_ids, num_rows * top);
+  s.rows.top_logprobs = span_f32(s.layout.top_logprobs, num_rows * top);
+  s.rows.top_n = top;
   return s.rows;
 }
 

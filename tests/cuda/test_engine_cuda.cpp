@@ -77,17 +77,21 @@ Generated generate(const std::shared_ptr<const ModelWeights>& w,
   options.cuda_graphs = cuda_graphs;
   infer::Engine engine(w, options);
   std::map<int64_t, size_t> index;
+  auto params_of = [&](size_t i) -> const infer::SamplingParams& {
+    return params[params.size() == 1 ? 0 : i];
+  };
   for (size_t i = 0; i < prompts.size(); ++i)
-    index[engine.add_request(prompts[i], params[params.size() == 1 ? 0 : i])] = i;
+    index[engine.add_request(prompts[i], params_of(i))] = i;
   Generated out;
   out.ids.resize(prompts.size());
   out.logprobs.resize(prompts.size());
   out.top.resize(prompts.size());
   while (engine.has_unfinished())
     for (const infer::TokenOutput& t : engine.step()) {
-      out.ids[index.at(t.request_id)].push_back(t.token);
-      out.logprobs[index.at(t.request_id)].push_back(t.logprob);
-      out.top[index.at(t.request_id)].push_back(t.top_logprobs);
+      const size_t i = index.at(t.request_id);
+      out.ids[i].push_back(t.token);
+      if (params_of(i).logprobs >= 0) out.logprobs[i].push_back(t.logprob);  // asked for
+      out.top[i].push_back(t.top_logprobs);
     }
   EXPECT_EQ(engine.num_free_kv_blocks(), engine.num_kv_blocks());
   out.graph_steps = engine.stats().graph_steps;
@@ -149,6 +153,7 @@ TEST(EngineCuda, GreedyEqualsTheCpuEngineInF32) {
     infer::SamplingParams greedy;
     greedy.temperature = 0.0f;
     greedy.max_new_tokens = 16;
+    greedy.logprobs = 0;  // the sampled tokens' logprobs are compared too
     const Generated a = generate(cpu, prompts, greedy);
     const Generated b = generate(gpu, prompts, greedy);
     EXPECT_EQ(a.ids, b.ids) << "family " << static_cast<int>(family);
@@ -172,6 +177,7 @@ TEST(EngineCuda, BatchEqualsAloneBitwiseGreedyAndSeeded) {
     infer::SamplingParams greedy;
     greedy.temperature = 0.0f;
     greedy.max_new_tokens = 12;
+    greedy.logprobs = 0;  // the sampled tokens' logprobs are compared too
     infer::SamplingParams sampled = greedy;
     sampled.temperature = 0.9f;
     sampled.top_p = 0.95f;
@@ -208,6 +214,7 @@ TEST(EngineCuda, PrefixCacheHitsGiveTheBitsOfAWholePrefill) {
     infer::SamplingParams greedy;
     greedy.temperature = 0.0f;
     greedy.max_new_tokens = 12;
+    greedy.logprobs = 0;  // the sampled tokens' logprobs are compared too
     infer::SamplingParams sampled = greedy;
     sampled.temperature = 0.9f;
     sampled.top_p = 0.95f;
@@ -325,7 +332,8 @@ TEST(EngineCuda, GraphDecodeGivesTheBitsOfEagerDecode) {
           p.top_p = i % 4 == 1 ? 0.9f : 1.0f;
           p.min_p = i % 5 == 2 ? 0.05f : 0.0f;
           p.seed = 7 + static_cast<uint64_t>(i);
-          p.logprobs = i % 3 == 1 ? 3 : 0;  // some steps replay the graph with logprobs
+          // Steps replay each graph: without logprobs, with the sampled tokens', with the top.
+          p.logprobs = i % 3 == 1 ? 3 : i % 3 == 2 ? 0 : -1;
           params.push_back(p);
         }
         const Generated graphs = generate(w, prompts, params, true);
@@ -450,6 +458,7 @@ TEST(EngineCuda, PenaltyRowsRunEagerlyWithTheSameTokens) {
   infer::SamplingParams plain;
   plain.temperature = 0.0f;
   plain.max_new_tokens = 12;
+  plain.logprobs = 0;  // the sampled tokens' logprobs are compared too
   plain.ignore_eos = true;
   infer::SamplingParams penalized = plain;
   penalized.repetition_penalty = 1.3f;

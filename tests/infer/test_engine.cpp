@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -361,6 +363,65 @@ TEST(Engine, LaterChoicesShareTheFirstChoicesPromptBlocks) {
     plain.prefix_caching = false;
     EXPECT_EQ(generate(w, {prompt}, params, plain)[0], out[ids[i]]) << "choice " << i;
   }
+}
+
+// Logprobs are computed only for steps in which a sequence asks for them: without, a token's
+// logprob is NaN and the tokens are those of a run with logprobs; with them, the sampled
+// token's logprob is log_softmax of the uncached reference's logits, and a request that did
+// not ask, batched with one that did, keeps its tokens.
+TEST(Engine, LogprobsAreComputedOnlyWhenAskedAndChangeNoToken) {
+  autograd::NoGradGuard no_grad;
+  const ModelConfig c = tiny_config(model::Family::Qwen2);
+  auto w = std::make_shared<const ModelWeights>(
+      ModelWeights::random(c, Device::cpu(), DType::F32, 81, 0.3));
+  const model::Transformer reference = model::Transformer::from_weights(*w);
+  const std::vector<std::vector<int32_t>> prompts = {random_ids(5, c.vocab_size, 91),
+                                                     random_ids(12, c.vocab_size, 92)};
+  struct Run {
+    std::map<int64_t, std::vector<int32_t>> ids;
+    std::map<int64_t, std::vector<float>> logprobs;
+  };
+  auto run = [&](const std::vector<int32_t>& wants) {  // params.logprobs per prompt
+    infer::EngineOptions options;
+    options.kv_memory_bytes = 8 << 20;
+    infer::Engine engine(w, options);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      infer::SamplingParams p;
+      p.temperature = 0.7f;
+      p.seed = 40 + i;
+      p.max_new_tokens = 6;
+      p.ignore_eos = true;
+      p.logprobs = wants[i];
+      engine.add_request(prompts[i], p);
+    }
+    Run r;
+    while (engine.has_unfinished())
+      for (const infer::TokenOutput& t : engine.step()) {
+        r.ids[t.request_id].push_back(t.token);
+        r.logprobs[t.request_id].push_back(t.logprob);
+      }
+    return r;
+  };
+  const Run none = run({-1, -1}), sampled = run({0, 0}), mixed = run({-1, 2});
+  EXPECT_EQ(none.ids, sampled.ids);
+  EXPECT_EQ(mixed.ids, sampled.ids);
+  for (const auto& [id, lps] : none.logprobs)
+    for (float lp : lps) EXPECT_TRUE(std::isnan(lp)) << "request " << id;
+  for (const auto& [id, lps] : sampled.logprobs) {
+    std::vector<int32_t> seq = prompts[static_cast<size_t>(id)];
+    const std::vector<int32_t>& tokens = sampled.ids.at(id);
+    ASSERT_EQ(lps.size(), tokens.size());
+    for (size_t j = 0; j < tokens.size(); ++j) {
+      const std::vector<float> logits = reference_last_logits(reference, seq);
+      double sum = 0.0;
+      const double top = *std::max_element(logits.begin(), logits.end());
+      for (float v : logits) sum += std::exp(v - top);
+      const double want = logits[static_cast<size_t>(tokens[j])] - top - std::log(sum);
+      EXPECT_NEAR(lps[j], want, 1e-5) << "request " << id << " token " << j;
+      seq.push_back(tokens[j]);
+    }
+  }
+  EXPECT_EQ(mixed.logprobs.at(1), sampled.logprobs.at(1));  // asked: the same values
 }
 
 TEST(Engine, BadRequestsAreOneClearError) {

@@ -3,8 +3,9 @@
 // graph captured for its batch bucket: the batch is padded up to the bucket (padded rows
 // write nothing and sample greedily, StepInputs), so one graph serves every batch of up to
 // that many sequences, whatever their positions, block tables and sampling parameters —
-// those live in device buffers the graph reads. Each bucket has two graphs: without
-// logprobs and with the top kMaxTopLogprobs (a step that wants fewer reads the first ones).
+// those live in device buffers the graph reads. Each bucket has three graphs: without
+// logprobs (no logprob kernel), with the sampled tokens' logprobs alone, and with the top
+// kMaxTopLogprobs as well (a step that wants fewer reads the first ones).
 //
 // Mechanism apart from policy: cuda/graph captures and replays; this file decides which
 // buckets exist and which step replays which; the engine says what one step launches.
@@ -34,7 +35,8 @@ bool graphable_step(int64_t num_tokens, int64_t num_seqs, int64_t history_len);
 class DecodeGraphs {
  public:
   // What one captured step launches: the model and the sampler for a batch of `bucket`
-  // rows with top_n logprobs, reading its inputs from the caller's fixed device buffers.
+  // rows with top_n logprobs (−1: none), reading its inputs from the caller's fixed device
+  // buffers.
   using StepFn = std::function<void(int64_t bucket, int64_t top_n)>;
 
   // Captures every bucket's graphs on the device's current stream, largest bucket first
@@ -45,9 +47,12 @@ class DecodeGraphs {
   DecodeGraphs& operator=(const DecodeGraphs&) = delete;
 
   const std::vector<int64_t>& buckets() const { return buckets_; }
-  // Launches the graph of `bucket` (one of buckets()) with or without logprobs on the
+  // Launches the graph of `bucket` (one of buckets()) that serves a step wanting top_n
+  // logprobs (−1: none; 0: the sampled tokens'; more: the top kMaxTopLogprobs too) on the
   // current stream; returns at once.
-  void replay(int64_t bucket, bool logprobs) const;
+  void replay(int64_t bucket, int64_t top_n) const;
+  // The top_n a step wanting top_n logprobs is captured with, and reads back.
+  static int64_t captured_top_n(int64_t top_n);
   // Nodes (kernels, copies, memsets) of the graph of `bucket` without logprobs.
   int64_t num_nodes(int64_t bucket) const;
 

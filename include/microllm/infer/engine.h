@@ -44,7 +44,8 @@ struct EngineOptions {
 struct TokenOutput {
   int64_t request_id = 0;
   int32_t token = 0;
-  float logprob = 0.0f;                                 // of `token`, raw model distribution
+  float logprob = 0.0f;  // of `token`, raw model distribution; NaN when no sequence of the
+                         // step asked for logprobs (params.logprobs ≥ 0), as none were computed
   std::vector<std::pair<int32_t, float>> top_logprobs;  // when params.logprobs > 0
   bool finished = false;
   std::string finish_reason;         // "stop" | "length" once finished
@@ -82,8 +83,8 @@ class Engine {
   bool has_unfinished() const;
 
   const EngineStats& stats() const;
-  // Kernels, copies and memsets one decode step of num_seqs sequences launches (CUDA: the
-  // nodes of its graph, or of one capture of the eager step; 0 on the CPU).
+  // Kernels, copies and memsets one decode step of num_seqs sequences without logprobs
+  // launches (CUDA: the nodes of its graph, or of one capture of the eager step; 0 on the CPU).
   int64_t kernels_per_decode_step(int64_t num_seqs) const;
   int64_t max_model_len() const;
   int64_t num_kv_blocks() const;

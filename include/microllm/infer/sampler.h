@@ -2,7 +2,8 @@
 // It owns the buffers and calls the operators (ops/penalties, ops/sampling): the logits are
 // widened to F32, penalized over each row's history, filtered and drawn per row with the
 // row's own parameters and a counter-based generator keyed by (seed, sample index); the
-// chosen token's logprob and the top-N come from the raw model distribution. All outputs
+// chosen token's logprob and the top-N come from the raw model distribution, when a row
+// wants logprobs (otherwise their kernel is not launched). All outputs
 // live in one device buffer that comes back in one device→host copy, after which the host
 // waits once. Mechanism only: which rows sample is the scheduler's business.
 //
@@ -30,13 +31,13 @@ struct SamplerRows {
   Tensor sample_index;        // (B) I32 index of the drawn token among the request's outputs
   Tensor prompt_lens;         // (B) I32
   Tensor history;             // (B, L) I32 prompt + outputs, −1 padded; undefined: no penalty
-  int64_t top_n = 0;          // top logprobs wanted by any row (≤ 20)
+  int64_t top_n = 0;  // top logprobs wanted by any row (≤ 20); −1: no row wants logprobs
 };
 
 // Host copies of the step's results, valid until the next sample().
 struct SampledRows {
   std::span<const int32_t> ids;         // (B)
-  std::span<const float> logprob;       // (B) of ids, raw log-softmax
+  std::span<const float> logprob;       // (B) of ids, raw log-softmax; empty when top_n was −1
   std::span<const int32_t> top_ids;     // (B, top_n) row-major, best first
   std::span<const float> top_logprobs;  // (B, top_n)
   int64_t top_n = 0;
@@ -54,7 +55,7 @@ class Sampler {
   // Launches the step's sampling and the outputs' copy to the host; returns at once.
   void enqueue(const Tensor& logits, const SamplerRows& rows);
   // Waits for the work enqueued last (directly or by a graph replay) and returns its first
-  // num_rows rows with top_n logprobs each (top_n as enqueued).
+  // num_rows rows with top_n logprobs each (top_n as enqueued; −1: the ids alone).
   const SampledRows& collect(int64_t num_rows, int64_t top_n);
   int64_t workspace_bytes() const;
   // Seconds the host spent waiting for the device in the last sample().
