@@ -259,6 +259,34 @@ inline int64_t resident_blocks(const void* kernel, size_t shared) {
   return blocks;
 }
 
+// Clusters of `cluster` blocks of `kernel` (kGemvThreads threads, `shared` dynamic bytes) the
+// current GPU holds at once (a cluster's blocks share a GPC), remembered like resident_blocks.
+inline int64_t resident_clusters(const void* kernel, size_t shared, int cluster) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, const void*, size_t, int>, int64_t> known;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = known.find({device, kernel, shared, cluster});
+  if (it != known.end()) return it->second;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(cluster);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(cluster));
+  config.blockDim = dim3(kGemvThreads);
+  config.dynamicSmemBytes = shared;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  int clusters = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+  const int64_t result = std::max<int64_t>(1, clusters);
+  known[{device, kernel, shared, cluster}] = result;
+  return result;
+}
+
 // Lets `kernel` take up to `bytes` of dynamic shared memory, per device (by default a block
 // may have 48 KB less its static shared memory); the limit only ever rises.
 inline void allow_dynamic_shared(const void* kernel, size_t bytes) {

@@ -258,8 +258,9 @@ void launch_gemv_tensor_core(const GemvParams<T>& params, int epi, bool norm, cu
   const size_t shared = (norm || p.stage_x ? rows_bytes : 0) + sums_bytes;
   allow_dynamic_shared(address, shared);
   // Whole clusters, at most what fits at once; cluster i serves tile groups i, i + clusters, …
-  const int64_t clusters =
-      std::max<int64_t>(1, std::min(tile_groups, resident_blocks(address, shared) / cluster));
+  const int64_t fits = cluster > 1 ? resident_clusters(address, shared, static_cast<int>(cluster))
+                                   : resident_blocks(address, shared);
+  const int64_t clusters = std::min(tile_groups, fits);
   launch_dependent_clusters("gemv_tensor_core_kernel", kernel,
                             dim3(static_cast<unsigned>(clusters * cluster)), dim3(kGemvThreads),
                             static_cast<unsigned>(cluster), shared, stream, p);
