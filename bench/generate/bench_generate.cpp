@@ -22,6 +22,7 @@
 #include <random>
 #include <set>
 
+#include "../kernel_switches.h"
 #include "microllm/autograd/node.h"
 #include "microllm/infer/engine.h"
 #include "microllm/infer/kv_cache.h"
@@ -33,14 +34,10 @@
 
 namespace {
 
-// The environment switches that choose kernels (set ones only), so that an A/B of one binary
-// under two settings is told apart in its documents.
+// The kernel switches that were set, as a JSON object (bench/kernel_switches.h).
 nlohmann::json kernel_switches() {
   nlohmann::json switches = nlohmann::json::object();
-  for (const char* name :
-       {"MICROLLM_DECODE_FUSION", "MICROLLM_FLASH_WGMMA", "MICROLLM_GEMV_CLUSTER_SPLIT",
-        "MICROLLM_GEMV_ENGINE", "MICROLLM_PROGRAMMATIC_LAUNCH"})
-    if (const char* value = std::getenv(name)) switches[name] = value;
+  for (const auto& [name, value] : microllm::bench::kernel_switches()) switches[name] = value;
   return switches;
 }
 

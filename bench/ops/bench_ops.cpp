@@ -28,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../kernel_switches.h"
 #include "microllm/autograd/node.h"
 #include "microllm/core/random.h"
 #include "microllm/core/tensor.h"
@@ -223,8 +224,6 @@ Case attention_case(RandomSource& rng, int64_t B, int64_t H, int64_t Hkv, int64_
   c.ceiling_name = "bf16_gemm_tflops";
   c.needs_grad = backward;
   c.notes = "ops::attention, default backend (flash: tensor-core tiles, saves the log-sum-exp)";
-  if (const char* wgmma = std::getenv("MICROLLM_FLASH_WGMMA"); wgmma != nullptr)
-    c.notes += std::string("; MICROLLM_FLASH_WGMMA=") + wgmma + " (1: the wgmma forward)";
   if (!backward) {
     c.input_bytes = es * (q_elems + 2 * kv_elems);
     c.bytes = c.input_bytes + es * q_elems;
@@ -526,7 +525,7 @@ Json describe_case(const Case& c, const Options& options) {
   entry["ceiling"] = {{"name", c.ceiling_name},
                       {"value", c.ceiling},
                       {"units", c.bound == "memory" ? "TB/s" : "TFLOP/s"}};
-  entry["notes"] = c.notes;
+  entry["notes"] = c.notes + microllm::bench::kernel_switches_note();  // "" when no switch is set
   entry["error"] = nullptr;
   return entry;
 }

@@ -205,14 +205,24 @@ __device__ void normalize_rows(const GemvParams<T>& p, uint4* normed, float* scr
   __syncthreads();  // the rows are complete
 }
 
-// The prologue without a norm: the M rows of x copied into `staged` (M, K / kVec<T>) 16-byte
-// groups of shared memory by cp.async (all issued before the first arrives), so that the
-// product's reads of x, one per 16-byte group of W, wait for shared memory instead of the L2.
+// The prologue without a norm: the 16-byte groups [first, end) of the M rows of x copied into
+// `staged` (M, K / kVec<T>) groups of shared memory, at their places in the rows, by cp.async
+// (all issued before the first arrives), so that the product's reads of x, one per 16-byte
+// group of W, wait for shared memory instead of the L2. A block whose warps take only part of
+// K (a split over a cluster) stages only that part.
 template <class T>
-__device__ void stage_rows(const GemvParams<T>& p, uint4* staged) {
-  const int elements = p.M * (p.K / kVec<T>);
-  const auto* x = reinterpret_cast<const uint4*>(p.x);  // (M, K / kVec<T>)
-  for (int e = threadIdx.x; e < elements; e += kGemvThreads) copy16_async(staged + e, x + e, true);
+__device__ void stage_rows(const GemvParams<T>& p, uint4* staged, int first, int end) {
+  const int groups = p.K / kVec<T>, width = end - first;
+  const auto* x = reinterpret_cast<const uint4*>(p.x);  // (M, groups)
+  if (width == groups) {                                // whole rows: one flat run
+    for (int e = threadIdx.x; e < p.M * groups; e += kGemvThreads)
+      copy16_async(staged + e, x + e, true);
+  } else {
+    for (int e = threadIdx.x; e < p.M * width; e += kGemvThreads) {
+      const int at = (e / width) * groups + first + e % width;
+      copy16_async(staged + at, x + at, true);
+    }
+  }
   commit_async();
   wait_async<0>();
   __syncthreads();

@@ -120,7 +120,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
   if constexpr (kNorm)
     normalize_rows<2, kGemvMaxRows>(p, rows, scratch);  // 128 registers: 2 blocks an SM
   else if (p.stage_x)
-    stage_rows(p, rows);
+    stage_rows(p, rows, min(groups, rank * splits * per_slice),  // this block's slices' groups
+               min(groups, (rank + 1) * splits * per_slice));
   const auto* x = reinterpret_cast<const uint4*>(p.x);  // (M, groups)
   auto x_group = [&](int m, int gi) {
     const int64_t at = static_cast<int64_t>(m) * groups + gi;

@@ -1,0 +1,30 @@
+// The MICROLLM_* environment switches that choose kernels, as the benchmark drivers record
+// them, so that documents of one binary run under two settings say which each ran under.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace microllm::bench {
+
+// (name, value) of each switch that is set, in a fixed order.
+inline std::vector<std::pair<std::string, std::string>> kernel_switches() {
+  std::vector<std::pair<std::string, std::string>> set;
+  for (const char* name :
+       {"MICROLLM_DECODE_FUSION", "MICROLLM_FLASH_WGMMA", "MICROLLM_GEMV_CLUSTER_SPLIT",
+        "MICROLLM_GEMV_ENGINE", "MICROLLM_PROGRAMMATIC_LAUNCH"})
+    if (const char* value = std::getenv(name)) set.emplace_back(name, value);
+  return set;
+}
+
+// "; switches: NAME=value, ..." for a note, or "" when none is set.
+inline std::string kernel_switches_note() {
+  std::string note;
+  for (const auto& [name, value] : kernel_switches())
+    note += (note.empty() ? "; switches: " : ", ") + name + "=" + value;
+  return note;
+}
+
+}  // namespace microllm::bench
