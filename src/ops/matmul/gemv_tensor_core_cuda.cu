@@ -66,7 +66,8 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
 // M ≤ 16; kEpi: the epilogue; kNorm: the norm prologue. Dynamic shared memory: with kNorm
 // the normalized rows (M, K / 8) as 16-byte groups (without it, with p.stage_x, x's rows),
 // then with split K the slices' sums (kGemvWarps, kParts, 8, 16) F32. The grid is at most
-// what fits at once; block b serves tile groups b, b + gridDim.x, ...
+// what fits at once; block b serves tile groups b, b + gridDim.x, ... (with clusters of C
+// blocks, cluster i = blocks i·C … i·C + C − 1 serves tile groups i, i + gridDim.x / C, ...).
 template <class T, int kEpi, bool kNorm>
 __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvParams<T> p) {
   constexpr int kParts = kEpi == kPlain ? 1 : 2;  // weight rows per output row
