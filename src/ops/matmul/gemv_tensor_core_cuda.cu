@@ -22,11 +22,12 @@
 //     order in shared memory; the order is fixed by (N, K) alone, and a row of the mma (a
 //     row of x) never meets another, so a row of x gets the same bits in a call of any
 //     number of rows up to 16;
-//   - with MICROLLM_GEMV_CLUSTER_SPLIT=1 a tile's K may also be split over the blocks of a
-//     thread-block cluster (Hopper), for the products whose tiles alone give fewer blocks
-//     than SMs (Qwen2.5-0.5B at M = 8: 56–152 blocks for 132 SMs); the blocks add each
-//     other's slice sums through distributed shared memory, in the same slice order, so
-//     there is no global scratch and nothing to zero. Not yet measured: off by default.
+//   - with MICROLLM_GEMV_CLUSTER_SPLIT=1 a tile's K is split finer within a block, and may
+//     also be split over the blocks of a thread-block cluster (Hopper), for the products
+//     whose tiles alone give fewer blocks than SMs (Qwen2.5-0.5B at M = 8: 72–152 blocks for
+//     132 SMs); the blocks add each other's slice sums through distributed shared memory, in
+//     the same slice order, so there is no global scratch and nothing to zero. Off by default
+//     until measured against the one-block split (docs/optimization-log.md).
 // gemv_cuda.cu sends it the BF16/F16 calls of 5 to 8 rows: there it streams W faster than
 // the CUDA-core kernel, which re-reads x from L1 for every row of W (LM head at M = 8: 101
 // against 235 µs, at M = 4 94 against 140); at M = 1 it is slower (LM head 88 against
@@ -54,21 +55,23 @@ constexpr int kTileRows = 8;            // output rows per warp: the mma's B col
 constexpr int kChunkGroups = 4;         // 16-byte groups of a row per chunk (one per c)
 constexpr int64_t kTargetWarps = 1024;  // 8 KB in flight each: ~8 MB over the GPU
 constexpr int kMinSliceGroups = 8;      // a slice keeps at least 2 chunks
-// With the cluster split: about 1.5 blocks an SM of a 132-SM GPU, slices of a chunk or more.
-constexpr int64_t kClusterTargetWarps = 1536;
-constexpr int kClusterMinSliceGroups = 4;
+// With the cluster split: within a block up to about 1.5 blocks an SM of a 132-SM GPU, past a
+// block only while the grid is short of kTargetWarps; slices of a chunk or more.
+constexpr int64_t kSplitTargetWarps = 1536;
+constexpr int kSplitMinSliceGroups = 4;
 constexpr int kMaxClusterBlocks = 4;
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// M ≤ 16; kEpi: the epilogue; kNorm: the norm prologue. Dynamic shared memory: with kNorm
-// the normalized rows (M, K / 8) as 16-byte groups (without it, with p.stage_x, x's rows),
-// then with split K the slices' sums (kGemvWarps, kParts, 8, 16) F32. The grid is at most
-// what fits at once; block b serves tile groups b, b + gridDim.x, ... (with clusters of C
+// M ≤ 16; kEpi: the epilogue; kNorm: the norm prologue; kClustered: p.cluster_blocks > 1
+// (a one-block kernel compiles without the cluster's index arithmetic and barriers). Dynamic shared
+// memory: with kNorm the normalized rows (M, K / 8) as 16-byte groups (without it, with p.stage_x,
+// x's rows), then with split K the slices' sums (kGemvWarps, kParts, 8, 16) F32. The grid is at
+// most what fits at once; block b serves tile groups b, b + gridDim.x, ... (with clusters of C
 // blocks, cluster i = blocks i·C … i·C + C − 1 serves tile groups i, i + gridDim.x / C, ...).
-template <class T, int kEpi, bool kNorm>
+template <class T, int kEpi, bool kNorm, bool kClustered>
 __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvParams<T> p) {
   constexpr int kParts = kEpi == kPlain ? 1 : 2;  // weight rows per output row
   constexpr int kChunks = 16 / kParts;            // chunks per lane per pass
@@ -76,9 +79,10 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
   extern __shared__ uint4 dynamic_shared[];
   __shared__ float scratch[kNormScratch];  // the prologue's warp sums
   namespace cg = cooperative_groups;
-  const int M = p.M, N = p.N, K = p.K, splits = p.splits, cluster = p.cluster_blocks;
+  const int M = p.M, N = p.N, K = p.K, splits = p.splits;
+  const int cluster = kClustered ? p.cluster_blocks : 1;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int rank = cluster > 1 ? static_cast<int>(cg::this_cluster().block_rank()) : 0;
+  const int rank = kClustered ? static_cast<int>(cg::this_cluster().block_rank()) : 0;
   const int g = lane / 4, c = lane % 4;
   const int groups = K / 8;  // 16-byte groups per row
   const bool x_shared = kNorm || p.stage_x;
@@ -120,8 +124,10 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
   enter_dependent_grid();
   if constexpr (kNorm)
     normalize_rows<2, kGemvMaxRows>(p, rows, scratch);  // 128 registers: 2 blocks an SM
-  else if (p.stage_x)
-    stage_rows(p, rows, min(groups, rank * splits * per_slice),  // this block's slices' groups
+  else if (p.stage_x && !kClustered)
+    stage_rows(p, rows, 0, groups);
+  else if (p.stage_x)  // this block's slices' groups
+    stage_rows(p, rows, min(groups, rank * splits * per_slice),
                min(groups, (rank + 1) * splits * per_slice));
   const auto* x = reinterpret_cast<const uint4*>(p.x);  // (M, groups)
   auto x_group = [&](int m, int gi) {
@@ -180,7 +186,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
         partial[((warp * kParts + q) * kTileRows + r) * kCols + m] = acc[q][j];
       }
     // With a cluster, the sums of every block are read through distributed shared memory.
-    if (cluster > 1)
+    if constexpr (kClustered)
       cg::this_cluster().sync();
     else
       __syncthreads();
@@ -193,7 +199,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
       if (n >= N) continue;
       float sum[kParts];
       for (int b = 0; b < cluster; ++b) {
-        const float* sums = cluster > 1 ? cg::this_cluster().map_shared_rank(partial, b) : partial;
+        const float* sums = kClustered ? cg::this_cluster().map_shared_rank(partial, b) : partial;
 #pragma unroll
         for (int q = 0; q < kParts; ++q)
           for (int s = 0; s < splits; ++s) {
@@ -204,7 +210,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
       finish_row<T, kEpi>(p, n, m, sum);
     }
     // partial is rewritten by the next tile group (and read by the cluster until then).
-    if (cluster > 1)
+    if constexpr (kClustered)
       cg::this_cluster().sync();
     else
       __syncthreads();
@@ -221,19 +227,24 @@ bool cluster_split_enabled() {
 }
 
 // Split-K for a product of `rows` weight rows of `groups` 16-byte groups: the slices of a tile
-// double while the grid is short of the target warps and each slice keeps its minimum groups;
-// within a block up to kGemvWarps slices (kTargetWarps, kMinSliceGroups); with the cluster
-// split on, past them over the blocks of a cluster (kClusterTargetWarps, kClusterMinSliceGroups,
-// up to kMaxClusterBlocks blocks). Fixed by (rows, groups) and the switch, never by M.
+// double while the grid is short of a target number of warps and each slice keeps a minimum
+// of groups. Without the cluster split: within a block only, up to kGemvWarps slices, target
+// kTargetWarps, kMinSliceGroups. With it: within a block to kSplitTargetWarps with
+// kSplitMinSliceGroups, then over the blocks of a cluster (up to kMaxClusterBlocks) while the
+// grid is still short of kTargetWarps. Fixed by (rows, groups) and the switch, never by M or
+// by the prologue, so that a fused norm keeps the bits of the unfused product.
 TensorCoreSplit tensor_core_split(int64_t rows, int64_t groups) {
   const bool clusters = cluster_split_enabled();
-  const int64_t target = clusters ? kClusterTargetWarps : kTargetWarps;
-  const int64_t min_groups = clusters ? kClusterMinSliceGroups : kMinSliceGroups;
-  const int max_slices = clusters ? kGemvWarps * kMaxClusterBlocks : kGemvWarps;
+  const int64_t min_groups = clusters ? kSplitMinSliceGroups : kMinSliceGroups;
   const int64_t tiles = (rows + kTileRows - 1) / kTileRows;
-  int slices = 1;
-  while (slices < max_slices && tiles * slices < target && groups / (2 * slices) >= min_groups)
-    slices *= 2;
+  auto split_while = [&](int slices, int max_slices, int64_t target) {
+    while (slices < max_slices && tiles * slices < target && groups / (2 * slices) >= min_groups)
+      slices *= 2;
+    return slices;
+  };
+  int slices = split_while(1, kGemvWarps, clusters ? kSplitTargetWarps : kTargetWarps);
+  if (clusters && slices == kGemvWarps)
+    slices = split_while(slices, kGemvWarps * kMaxClusterBlocks, kTargetWarps);
   const int warps = std::min(slices, kGemvWarps);
   return {warps, slices / warps};
 }
@@ -250,7 +261,11 @@ void launch_gemv_tensor_core(const GemvParams<T>& params, int epi, bool norm, cu
       p.splits * cluster > 1 ? sizeof(float) * kGemvWarps * parts * kTileRows * 16 : 0;
   auto pick = [&](auto epilogue) {
     constexpr int kE = decltype(epilogue)::value;
-    return norm ? gemv_tensor_core_kernel<T, kE, true> : gemv_tensor_core_kernel<T, kE, false>;
+    if (cluster > 1)
+      return norm ? gemv_tensor_core_kernel<T, kE, true, true>
+                  : gemv_tensor_core_kernel<T, kE, false, true>;
+    return norm ? gemv_tensor_core_kernel<T, kE, true, false>
+                : gemv_tensor_core_kernel<T, kE, false, false>;
   };
   const auto kernel = epi == kSwiglu ? pick(std::integral_constant<int, kSwiglu>{})
                       : epi == kRope ? pick(std::integral_constant<int, kRope>{})
