@@ -1,7 +1,7 @@
 // CUDA vs CPU for rope, forward and backward: F32 at SPEC §6 tolerances, BF16 (and F16 for
 // (T) positions) by relative L2 error. Covers (T) positions with a non-zero start, (B, T)
 // positions up to 32k (I64 and I32) where a fast sin/cos would drift, decode (T = 1), and
-// transposed (non-contiguous) input.
+// transposed (non-contiguous) input; the runs-of-four kernel against the per-pair one.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,10 +11,13 @@
 #include "cuda/cuda_test_utils.h"
 #include "microllm/core/random.h"
 #include "microllm/ops/ops.h"
+#include "ops/op_test_util.h"
+#include "ops/rope/rope_kernels.h"
 
 using namespace microllm;
 using microllm::testing::cuda_matches_cpu;
 using microllm::testing::CudaCheckOptions;
+using microllm::testing::optest::same_bits;
 
 namespace {
 
@@ -125,4 +128,33 @@ TEST(CudaRope, SmallCaseByTheFormula) {
           }
     }
   }
+}
+
+// Where D/2, the strides and the pointers allow, a thread takes a run of four pairs with wide
+// accesses; otherwise one pair. Both give the same bits: the same x read at an address two
+// elements off its alignment (the per-pair kernel) and at an aligned one (the runs), with the
+// forward and the inverse angle, in place and not.
+TEST(CudaRope, RunsOfFourPairsGiveThePerPairBits) {
+  MICROLLM_REQUIRE_CUDA();
+  const Device gpu = Device::cuda(0);
+  for (DType dtype : kAllDtypes)
+    for (const Shape& shape : {Shape{2, 3, 5, 64}, Shape{1, 2, 7, 128}}) {
+      const int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
+      const Tensor flat = leaf({n + 2}, 26).to(dtype);          // (n + 2)
+      const Tensor shifted = flat.narrow(0, 2, n).view(shape);  // (B, H, T, D), 2 elements off
+      const Tensor aligned = shifted.clone();                   // (B, H, T, D)
+      Generator gen(27);
+      const Tensor positions = randint({shape[0], shape[2]}, 0, 32768, gen).to(DType::I32).to(gpu);
+      const Tensor inv_freq = ops::rope_inv_freq(shape[3], 1e6).to(gpu);  // (D/2) F32
+      for (bool inverse : {false, true}) {
+        const Tensor want = Tensor::empty(shape, dtype, gpu);
+        ops::rope_cuda(shifted, positions, inv_freq, inverse, want);
+        const Tensor got = Tensor::empty(shape, dtype, gpu);
+        ops::rope_cuda(aligned, positions, inv_freq, inverse, got);
+        EXPECT_TRUE(same_bits(got, want)) << dtype << " " << shape_str(shape) << " " << inverse;
+        const Tensor in_place = aligned.clone();
+        ops::rope_cuda(in_place, positions, inv_freq, inverse, in_place);
+        EXPECT_TRUE(same_bits(in_place, want)) << dtype << " in place " << inverse;
+      }
+    }
 }
