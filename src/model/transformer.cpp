@@ -165,9 +165,16 @@ Tensor Transformer::hidden(const Tensor& ids, const Tensor& positions_in,
         ops::add_rms_norm(x, attn_out, param(p + "post_attention_layernorm.weight"), eps);
     show(n + "attn.residual", r.sum);
     show(n + "mlp.norm", r.normed);
-    const Tensor act =
-        ops::swiglu(ops::linear(r.normed, param(p + "mlp.gate_proj.weight")),
-                    ops::linear(r.normed, param(p + "mlp.up_proj.weight")));  // (B, T, F)
+    // Gate and up as one projection, as Q/K/V: the joined (2F, C) weight (a view of
+    // ModelWeights' gate/up block), one GEMM forward and one each for dX and dW backward;
+    // swiglu reads the two halves in place and writes their gradients as halves of one
+    // buffer, so the split's backward joins them without a copy.
+    const Tensor gate_up = ops::linear(
+        r.normed, ops::join({param(p + "mlp.gate_proj.weight"), param(p + "mlp.up_proj.weight")},
+                            0));  // (B, T, 2F)
+    const std::vector<Tensor> halves =
+        ops::split(gate_up, 2, {c.intermediate_size, c.intermediate_size});
+    const Tensor act = ops::swiglu(halves[0], halves[1]);  // (B, T, F)
     show(n + "mlp.act", act);
     const Tensor mlp_out = ops::linear(act, param(p + "mlp.down_proj.weight"));  // (B, T, C)
     show(n + "mlp.out", mlp_out);

@@ -101,6 +101,52 @@ inline void check_dense(const char* op, const Tensor& t, const char* name) {
                  t.describe(), " with strides ", shape_str(t.strides()));
 }
 
+// A tensor's memory seen as (rows, cols) with unit stride along the last dimension (cols its
+// size) and one stride ld ≥ cols from a row to the next: a dense tensor (ld = cols), or a
+// block of columns of a wider dense matrix, such as one half of a (…, 2F) projection.
+struct RowLayout {
+  int64_t rows, cols, ld;
+};
+
+// t's RowLayout; false when its strides are not of that form.
+inline bool row_layout(const Tensor& t, RowLayout& layout) {
+  const int64_t dims = t.dim();
+  layout.cols = dims == 0 ? 1 : t.size(dims - 1);
+  layout.rows = layout.cols == 0 ? 0 : t.numel() / layout.cols;
+  layout.ld = layout.cols;
+  if (dims == 0 || t.numel() == 0) return true;
+  if (layout.cols > 1 && t.stride(dims - 1) != 1) return false;
+  int64_t inner = -1, inner_size = 0;  // stride and size of the next non-trivial dim inwards
+  for (int64_t d = dims - 2; d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (inner < 0)
+      layout.ld = t.stride(d);
+    else if (t.stride(d) != inner * inner_size)
+      return false;
+    inner = t.stride(d);
+    inner_size = t.size(d);
+  }
+  return layout.ld >= layout.cols;
+}
+
+// An operand read as rows (RowLayout): dense, or a column block of a wider dense matrix.
+inline void check_rows(const char* op, const Tensor& t, const char* name) {
+  RowLayout layout{};
+  MICROLLM_CHECK(row_layout(t, layout), op, "argument '", name,
+                 "' must be dense or a block of columns of a dense matrix (unit stride along the "
+                 "last dimension, one stride between rows), found ",
+                 t.describe(), " with strides ", shape_str(t.strides()));
+}
+
+// compute_operand for kernels that read rows (RowLayout): t itself when it already is such an
+// operand of the kernel's dtype (a column block of a wider matrix is read in place).
+inline Tensor rows_operand(const Tensor& t) {
+  RowLayout layout{};
+  const bool kernel_dtype =
+      t.is_cuda() ? t.dtype() != DType::F64 : t.dtype() == DType::F32 || t.dtype() == DType::F64;
+  return kernel_dtype && row_layout(t, layout) ? t : compute_operand(t);
+}
+
 // The dtypes an `_out` form computes in: f32 or f64 on the CPU (no widening: the autograd
 // operator widens bf16 and f16 to f32), f32, bf16 or f16 on CUDA.
 inline void check_out_dtype(const char* op, const Tensor& t, const char* name) {

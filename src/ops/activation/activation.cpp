@@ -26,8 +26,8 @@ void swiglu_out(const Tensor& gate, const Tensor& up, const Tensor& out) {
   detail::check_same_device(op, gate, "gate", up, "up");
   MICROLLM_CHECK(gate.shape() == up.shape(), op, "gate ", gate.describe(), " and up ",
                  up.describe(), " differ in shape");
-  detail::check_dense(op, gate, "gate");
-  detail::check_dense(op, up, "up");
+  detail::check_rows(op, gate, "gate");
+  detail::check_rows(op, up, "up");
   detail::check_out_tensor(op, out, "out", gate, "gate");
   detail::check_out_shape(op, out, "out", gate, "gate");
   detail::check_apart_or_same(op, out, "out", gate, "gate");
@@ -50,6 +50,19 @@ Tensor silu(const Tensor& x) {
   return out;
 }
 
+namespace {
+
+// Whether up lies right after gate in every row of one matrix: the two halves (…, 2F) of a
+// joined gate/up projection (split by ops::split).
+bool halves_of_one(const Tensor& gate, const Tensor& up) {
+  detail::RowLayout g{}, u{};
+  return detail::row_layout(gate, g) && detail::row_layout(up, u) &&
+         gate.storage() == up.storage() && g.rows > 1 && g.ld == 2 * g.cols && u.ld == g.ld &&
+         up.offset() == gate.offset() + g.cols;
+}
+
+}  // namespace
+
 Tensor swiglu(const Tensor& gate, const Tensor& up) {
   detail::check_floating("swiglu", gate, "gate");
   detail::check_floating("swiglu", up, "up");
@@ -57,19 +70,34 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   detail::check_same_device("swiglu", gate, "gate", up, "up");
   MICROLLM_CHECK(gate.shape() == up.shape(), "swiglu", "gate ", gate.describe(), " and up ",
                  up.describe(), " differ in shape");
-  const Tensor gc = detail::compute_operand(gate.detach());
-  const Tensor uc = detail::compute_operand(up.detach());
+  // Read in place when they are dense or column blocks of one matrix (the halves of a joined
+  // gate/up projection); otherwise dense copies.
+  const Tensor gc = detail::rows_operand(gate.detach());
+  const Tensor uc = detail::rows_operand(up.detach());
   Tensor y = Tensor::empty(gc.shape(), gc.dtype(), gate.device());
   swiglu_out(gc, uc, y);
   Tensor out = y.to(gate.dtype());
-  autograd::record("swiglu", {gate, up}, {&out},
-                   [gc, uc, dtype = gate.dtype()](const std::vector<Tensor>& g) {
-                     const Tensor dy = detail::compute_operand(g[0].to(gc.dtype()));
-                     Tensor dgate = Tensor::empty(gc.shape(), gc.dtype(), gc.device());
-                     Tensor dup = Tensor::empty(gc.shape(), gc.dtype(), gc.device());
-                     MICROLLM_KERNEL(gc.device(), swiglu_backward, gc, uc, dy, dgate, dup);
-                     return std::vector<Tensor>{dgate.to(dtype), dup.to(dtype)};
-                   });
+  autograd::record(
+      "swiglu", {gate, up}, {&out},
+      [gc, uc, halves = halves_of_one(gc, uc), dtype = gate.dtype()](const std::vector<Tensor>& g) {
+        const Tensor dy = detail::compute_operand(g[0].to(gc.dtype()));
+        Tensor dgate, dup;  // each of gc's shape
+        if (halves) {
+          // As the halves of one (…, 2F) buffer, so that the split's backward joins them as a
+          // view instead of a copy.
+          Shape joined = gc.shape();
+          const int64_t F = joined.back();
+          joined.back() = 2 * F;
+          const Tensor both = Tensor::empty(joined, gc.dtype(), gc.device());  // (…, 2F)
+          dgate = both.narrow(gc.dim() - 1, 0, F);
+          dup = both.narrow(gc.dim() - 1, F, F);
+        } else {
+          dgate = Tensor::empty(gc.shape(), gc.dtype(), gc.device());
+          dup = Tensor::empty(gc.shape(), gc.dtype(), gc.device());
+        }
+        MICROLLM_KERNEL(gc.device(), swiglu_backward, gc, uc, dy, dgate, dup);
+        return std::vector<Tensor>{dgate.to(dtype), dup.to(dtype)};
+      });
   return out;
 }
 

@@ -1,5 +1,6 @@
-// Kernel entry points of SiLU and SwiGLU: elementwise over dense tensors of equal size, F32
-// or F64 on the CPU; F32, BF16 or F16 on CUDA (F32 arithmetic).
+// Kernel entry points of SiLU and SwiGLU: elementwise over tensors of equal shape, F32 or F64
+// on the CPU; F32, BF16 or F16 on CUDA (F32 arithmetic). SiLU's operands are dense; SwiGLU's
+// dense or column blocks of wider matrices (detail::RowLayout, checked by the operator).
 #pragma once
 
 #include "microllm/core/tensor.h"

@@ -1,12 +1,15 @@
 // CPU forward values of silu and swiglu against x·sigmoid(x) computed here in double (F64,
-// F32, saturated inputs), and their error paths: integer input, gate and up that differ
-// in shape or dtype, an undefined tensor.
+// F32, saturated inputs); swiglu over the halves of one matrix against dense copies (values
+// and gradients, bit for bit) and the row layouts it reads in place; the error paths: integer
+// input, gate and up that differ in shape or dtype, an undefined tensor, a transposed operand
+// of the allocation-free form.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
 #include "microllm/ops/ops.h"
+#include "ops/common.h"
 #include "ops/op_test_util.h"
 
 using namespace microllm;
@@ -38,6 +41,55 @@ TEST(OpsForward, SiluSwigluMatch) {
   EXPECT_TRUE(all_close(ops::silu(f64({-80.0, 80.0}, {2})), {0.0, 80.0}, 1e-30, 1e-15));
 }
 
+// swiglu over the two halves of one (…, 2F) matrix — the joined gate/up projection, split —
+// reads them in place and gives, value and gradients, the bits of swiglu over dense copies of
+// the halves (F64, F32 and BF16, whose CPU path widens to dense F32 copies).
+TEST(OpsForward, SwigluOverTheHalvesOfOneMatrixGivesTheBitsOfDenseCopies) {
+  using microllm::testing::optest::same_bits;
+  for (DType dtype : {DType::F64, DType::F32, DType::BF16})
+    for (int64_t F : {5, 8}) {
+      Tensor joined =
+          randn_tensor({2, 3, 2 * F}, 31, DType::F64, 0.0, 3.0).to(dtype);  // (2, 3, 2F)
+      joined.set_requires_grad(true);
+      Tensor gate = joined.detach().narrow(2, 0, F).contiguous();  // (2, 3, F)
+      Tensor up = joined.detach().narrow(2, F, F).contiguous();    // (2, 3, F)
+      gate.set_requires_grad(true);
+      up.set_requires_grad(true);
+      const Tensor dy = randn_tensor({2, 3, F}, 32, DType::F64).to(dtype);  // (2, 3, F)
+      const std::vector<Tensor> halves = ops::split(joined, 2, {F, F});
+      const Tensor got = ops::swiglu(halves[0], halves[1]);  // (2, 3, F)
+      const Tensor want = ops::swiglu(gate, up);             // (2, 3, F)
+      EXPECT_TRUE(same_bits(got, want)) << dtype << " F " << F;
+      got.backward(dy);
+      want.backward(dy);
+      EXPECT_TRUE(same_bits(joined.grad().narrow(2, 0, F).contiguous(), gate.grad()))
+          << dtype << " F " << F;
+      EXPECT_TRUE(same_bits(joined.grad().narrow(2, F, F).contiguous(), up.grad()))
+          << dtype << " F " << F;
+    }
+}
+
+// The operands swiglu reads in place: dense tensors and blocks of columns of a dense matrix,
+// whatever the size-1 dimensions' strides; not a transposed view.
+TEST(OpsForward, RowLayoutOfDenseAndColumnBlocks) {
+  const Tensor m = Tensor::zeros({4, 3, 10}, DType::F32);  // (4, 3, 10)
+  ops::detail::RowLayout layout{};
+  ASSERT_TRUE(ops::detail::row_layout(m, layout));
+  EXPECT_EQ(layout.rows, 12);
+  EXPECT_EQ(layout.cols, 10);
+  EXPECT_EQ(layout.ld, 10);
+  ASSERT_TRUE(ops::detail::row_layout(m.narrow(2, 6, 4), layout));  // (4, 3, 4) of rows of 10
+  EXPECT_EQ(layout.rows, 12);
+  EXPECT_EQ(layout.cols, 4);
+  EXPECT_EQ(layout.ld, 10);
+  ASSERT_TRUE(ops::detail::row_layout(m.narrow(0, 1, 1).narrow(2, 0, 5), layout));  // (1, 3, 5)
+  EXPECT_EQ(layout.rows, 3);
+  EXPECT_EQ(layout.ld, 10);
+  EXPECT_FALSE(ops::detail::row_layout(m.transpose(1, 2), layout));  // unit stride lost
+  EXPECT_FALSE(ops::detail::row_layout(m.narrow(1, 0, 2), layout));  // rows not evenly apart
+  EXPECT_FALSE(ops::detail::row_layout(m.narrow(1, 0, 2).narrow(2, 0, 4), layout));
+}
+
 // ---- bad input -------------------------------------------------------------------------------
 
 namespace {
@@ -53,4 +105,7 @@ TEST(BadInput, Activations) {
                {"f32(2, 3)", "f32(3, 2)", "differ in shape"});
   EXPECT_ERROR(ops::swiglu(f32({2, 3}), f64({2, 3})), "swiglu", {"f32(2, 3)", "f64(2, 3)"});
   EXPECT_ERROR(ops::swiglu(f32({2, 3}), Tensor()), "swiglu", {"'up'", "undefined"});
+  // The allocation-free form reads no copy: a transposed gate is an error there.
+  EXPECT_ERROR(ops::swiglu_out(f32({3, 2}).transpose(0, 1), f32({2, 3}), f32({2, 3})), "swiglu_out",
+               {"'gate'", "block of columns", "strides (1, 2)"});
 }

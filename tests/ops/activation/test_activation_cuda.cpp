@@ -1,7 +1,7 @@
 // CUDA vs CPU for silu and swiglu, forward and backward: F32 at SPEC §6 tolerances, BF16
 // (and F16 on odd shapes) by relative L2 error. Covers odd shapes, saturated inputs that
 // must stay finite, ≥ 16M elements for the vector path with a tail, transposed views and
-// views with an unaligned start (scalar path).
+// views with an unaligned start (scalar path), swiglu over the halves of one matrix.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +10,7 @@
 #include "cuda/cuda_test_utils.h"
 #include "microllm/core/random.h"
 #include "microllm/ops/ops.h"
+#include "ops/op_test_util.h"
 
 using namespace microllm;
 using microllm::testing::cuda_matches_cpu;
@@ -93,4 +94,39 @@ TEST(CudaActivation, NonContiguousAndUnalignedInputs) {
         {leaf({33, 65}, 20, 0.0, 3.0), up}, in(dtype)))
         << dtype;
   }
+}
+
+// swiglu over the two halves of one (…, 2F) matrix (the joined gate/up projection, split) reads
+// them in place, with 16-byte vectors where F allows (4,864, 64) and element by element where
+// it does not (37): the CPU's values and gradients, and the bits of swiglu over dense copies of
+// the halves on the same device (value and both gradients).
+TEST(CudaActivation, SwigluOverTheHalvesOfOneMatrix) {
+  MICROLLM_REQUIRE_CUDA();
+  using microllm::testing::optest::same_bits;
+  const Device gpu = Device::cuda(0);
+  for (DType dtype : kAllDtypes)
+    for (int64_t F : {4864, 64, 37}) {
+      const auto halves_swiglu = [F](const auto& v) {
+        const std::vector<Tensor> h = ops::split(v[0], 2, {F, F});
+        return ops::swiglu(h[0], h[1]);
+      };
+      EXPECT_TRUE(cuda_matches_cpu(halves_swiglu, {leaf({3, 5, 2 * F}, 21, 0.0, 3.0)}, in(dtype)))
+          << dtype << " F " << F;
+      Tensor joined = leaf({3, 5, 2 * F}, 22, 0.0, 3.0).detach().to(dtype).to(gpu);  // (3, 5, 2F)
+      joined.set_requires_grad(true);
+      Tensor gate = joined.detach().narrow(2, 0, F).contiguous();  // (3, 5, F)
+      Tensor up = joined.detach().narrow(2, F, F).contiguous();    // (3, 5, F)
+      gate.set_requires_grad(true);
+      up.set_requires_grad(true);
+      const Tensor dy = leaf({3, 5, F}, 23).detach().to(dtype).to(gpu);  // (3, 5, F)
+      const Tensor got = halves_swiglu(std::vector<Tensor>{joined});
+      const Tensor want = ops::swiglu(gate, up);
+      EXPECT_TRUE(same_bits(got, want)) << dtype << " F " << F;
+      got.backward(dy);
+      want.backward(dy);
+      EXPECT_TRUE(same_bits(joined.grad().narrow(2, 0, F).contiguous(), gate.grad()))
+          << dtype << " F " << F;
+      EXPECT_TRUE(same_bits(joined.grad().narrow(2, F, F).contiguous(), up.grad()))
+          << dtype << " F " << F;
+    }
 }
