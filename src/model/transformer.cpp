@@ -13,6 +13,9 @@
 //   logits                             (B, T, V)
 #include "microllm/model/transformer.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "microllm/autograd/checkpoint.h"
 #include "microllm/autograd/node.h"
 
@@ -119,9 +122,27 @@ Tensor Transformer::hidden(const Tensor& ids, const Tensor& positions_in,
   emit("embedding", x);
   // (B, T, C)
   Tensor h = ops::rms_norm(x, param("model.layers.0.input_layernorm.weight"), eps);
+  // The MLP's swiglu(gate, up) of h (B, T, C) for layer prefix p, → (B, T, F):
+  //   - separate: two projections;
+  //   - joined (MICROLLM_JOIN_GATE_UP=1, off by default until measured on a GPU): gate and up
+  //     as one projection, as Q/K/V — the joined (2F, C) weight (a view of ModelWeights'
+  //     gate/up block), one GEMM forward and one each for dX and dW backward; swiglu reads the
+  //     two halves in place and writes their gradients as halves of one buffer, so the split's
+  //     backward joins them without a copy.
+  const char* join_env = std::getenv("MICROLLM_JOIN_GATE_UP");
+  const bool join_gate_up = join_env != nullptr && std::strcmp(join_env, "1") == 0;
+  auto mlp_act = [this, &c, join_gate_up](const Tensor& h, const std::string& p) {
+    const Tensor& gate = param(p + "mlp.gate_proj.weight");  // (F, C)
+    const Tensor& up = param(p + "mlp.up_proj.weight");      // (F, C)
+    if (!join_gate_up) return ops::swiglu(ops::linear(h, gate), ops::linear(h, up));
+    const Tensor gate_up = ops::linear(h, ops::join({gate, up}, 0));  // (B, T, 2F)
+    const std::vector<Tensor> halves =
+        ops::split(gate_up, 2, {c.intermediate_size, c.intermediate_size});
+    return ops::swiglu(halves[0], halves[1]);
+  };
   // Layer i: (x, h) → (the residual stream leaving it, the next norm's output). `watch`
   // says whether the observer sees its values (not when it is recomputed for backward).
-  auto layer = [this, &c, B, T, H, Hkv, D, eps, positions, attention_options, observe](
+  auto layer = [this, &c, B, T, H, Hkv, D, eps, positions, attention_options, observe, mlp_act](
                    int64_t i, const Tensor& x, const Tensor& h, bool watch) {
     auto show = [&](const std::string& name, const Tensor& value) {
       if (watch && observe) observe(name, value);
@@ -165,16 +186,7 @@ Tensor Transformer::hidden(const Tensor& ids, const Tensor& positions_in,
         ops::add_rms_norm(x, attn_out, param(p + "post_attention_layernorm.weight"), eps);
     show(n + "attn.residual", r.sum);
     show(n + "mlp.norm", r.normed);
-    // Gate and up as one projection, as Q/K/V: the joined (2F, C) weight (a view of
-    // ModelWeights' gate/up block), one GEMM forward and one each for dX and dW backward;
-    // swiglu reads the two halves in place and writes their gradients as halves of one
-    // buffer, so the split's backward joins them without a copy.
-    const Tensor gate_up = ops::linear(
-        r.normed, ops::join({param(p + "mlp.gate_proj.weight"), param(p + "mlp.up_proj.weight")},
-                            0));  // (B, T, 2F)
-    const std::vector<Tensor> halves =
-        ops::split(gate_up, 2, {c.intermediate_size, c.intermediate_size});
-    const Tensor act = ops::swiglu(halves[0], halves[1]);  // (B, T, F)
+    const Tensor act = mlp_act(r.normed, p);  // (B, T, F)
     show(n + "mlp.act", act);
     const Tensor mlp_out = ops::linear(act, param(p + "mlp.down_proj.weight"));  // (B, T, C)
     show(n + "mlp.out", mlp_out);

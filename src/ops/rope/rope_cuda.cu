@@ -9,12 +9,16 @@
 // (i, i + D/2) of row (b, h, t) turns by θ = float(position[b, t]) · inv_freq[i] (−θ when
 // `inverse`, the backward):
 //   y[i] = x[i]·cos θ − x[i + D/2]·sin θ;  y[i + D/2] = x[i + D/2]·cos θ + x[i]·sin θ
-// One thread per run of 4 consecutive pairs (i … i + 3) where D/2, the row strides and the
-// pointers allow 4-element accesses (8 bytes in BF16/F16, 16 in F32), else one per pair:
+// With MICROLLM_ROPE_RUNS=1 (off by default until measured on a GPU), one thread per run of
+// 4 consecutive pairs (i … i + 3) where D/2, the row strides and the pointers allow 4-element
+// accesses (8 bytes in BF16/F16, 16 in F32); otherwise one per pair:
 // consecutive threads take consecutive i, so both halves of a row are read and written
 // coalesced. The run (pair) index is split into (b, h, t, i) in 32 bits when it fits (64-bit
 // division costs several times more). A run loads its position once and divides once for
 // four pairs: the per-pair kernel is bound by those instructions, not by DRAM.
+#include <cstdlib>
+#include <cstring>
+
 #include "../cuda_common.cuh"
 #include "rope_kernels.h"
 #include "rope_rotate.cuh"
@@ -89,6 +93,13 @@ __global__ void rope_runs_kernel(const T* x, RowStrides xs, const Index* positio
 
 RowStrides row_strides(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
 
+// MICROLLM_ROPE_RUNS=1: the runs kernel where the layout allows (read at each call, so tests
+// can switch it).
+bool rope_runs_enabled() {
+  const char* env = std::getenv("MICROLLM_ROPE_RUNS");
+  return env != nullptr && std::strcmp(env, "1") == 0;
+}
+
 // Whether rope_runs_kernel may take t (B, H, T, D) with D/2 = half: every row start and both
 // halves' runs on kRun-element boundaries.
 bool runs_fit(const Tensor& t, int64_t half) {
@@ -106,7 +117,7 @@ void launch_rope(const Tensor& x, const Tensor& positions, int64_t pos_stride,
                  const Tensor& inv_freq, bool inverse, const Tensor& y, int64_t pairs,
                  int64_t heads, int64_t seq, int64_t half) {
   constexpr int kThreads = 256;
-  const bool runs = runs_fit(x, half) && runs_fit(y, half);
+  const bool runs = rope_runs_enabled() && runs_fit(x, half) && runs_fit(y, half);
   const auto launch = [&](auto index_tag) {
     using I = decltype(index_tag);
     if (runs)

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "cuda/cuda_test_utils.h"
@@ -130,17 +132,20 @@ TEST(CudaRope, SmallCaseByTheFormula) {
   }
 }
 
-// Where D/2, the strides and the pointers allow, a thread takes a run of four pairs with wide
-// accesses; otherwise one pair. Both give the same bits: the same x read at an address two
-// elements off its alignment (the per-pair kernel) and at an aligned one (the runs), with the
-// forward and the inverse angle, in place and not.
+// With MICROLLM_ROPE_RUNS=1, where D/2, the strides and the pointers allow, a thread takes a
+// run of four pairs with wide accesses; otherwise one pair. Both give the same bits: the same
+// x read at an address two elements off its alignment (the per-pair kernel) and at an aligned
+// one (the runs), with the forward and the inverse angle, in place and not.
 TEST(CudaRope, RunsOfFourPairsGiveThePerPairBits) {
   MICROLLM_REQUIRE_CUDA();
   const Device gpu = Device::cuda(0);
+  const char* saved = std::getenv("MICROLLM_ROPE_RUNS");
+  const std::string before = saved != nullptr ? saved : "";
+  setenv("MICROLLM_ROPE_RUNS", "1", 1);
   for (DType dtype : kAllDtypes)
     for (const Shape& shape : {Shape{2, 3, 5, 64}, Shape{1, 2, 7, 128}}) {
       const int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
-      const Tensor flat = leaf({n + 2}, 26).to(dtype);          // (n + 2)
+      const Tensor flat = leaf({n + 2}, 26).detach().to(dtype).to(gpu);  // (n + 2)
       const Tensor shifted = flat.narrow(0, 2, n).view(shape);  // (B, H, T, D), 2 elements off
       const Tensor aligned = shifted.clone();                   // (B, H, T, D)
       Generator gen(27);
@@ -157,4 +162,8 @@ TEST(CudaRope, RunsOfFourPairsGiveThePerPairBits) {
         EXPECT_TRUE(same_bits(in_place, want)) << dtype << " in place " << inverse;
       }
     }
+  if (saved != nullptr)
+    setenv("MICROLLM_ROPE_RUNS", before.c_str(), 1);
+  else
+    unsetenv("MICROLLM_ROPE_RUNS");
 }
