@@ -171,6 +171,7 @@ TEST(NcclCommunicator, WorldSizeOneTrainsBitwiseLikeThePlainTrainer) {
         const train::StepStats a = plain.train_step(token_data());
         const train::StepStats b = nccl.train_step(token_data());
         EXPECT_EQ(a.loss, b.loss) << dtype << " zero1 " << zero1 << " step " << step;
+        EXPECT_EQ(a.grad_norm, b.grad_norm) << dtype << " zero1 " << zero1 << " step " << step;
         const auto a_bytes = host_bytes(plain), b_bytes = host_bytes(nccl);
         std::string differing;
         for (const auto& [name, bytes] : a_bytes)
