@@ -9,7 +9,7 @@
 // (i, i + D/2) of row (b, h, t) turns by θ = float(position[b, t]) · inv_freq[i] (−θ when
 // `inverse`, the backward):
 //   y[i] = x[i]·cos θ − x[i + D/2]·sin θ;  y[i + D/2] = x[i + D/2]·cos θ + x[i]·sin θ
-// With MICROLLM_ROPE_RUNS=1 (off by default until measured on a GPU), one thread per run of
+// With MICROLLM_ROPE_RUNS=1 (off by default, docs/optimization-log.md), one thread per run of
 // 4 consecutive pairs (i … i + 3) where D/2, the row strides and the pointers allow 4-element
 // accesses (8 bytes in BF16/F16, 16 in F32); otherwise one per pair:
 // consecutive threads take consecutive i, so both halves of a row are read and written
