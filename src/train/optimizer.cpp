@@ -83,19 +83,25 @@ std::vector<Tensor> Optimizer::make_state() const {
   return out;
 }
 
-double Optimizer::gradient_norm() const {
+double Optimizer::gradient_norm() {
   autograd::NoGradGuard no_grad;
   std::vector<Tensor> grads;
-  bool all_in_buffer = flat();
   for (const Slot& s : slots_) {
     const Tensor g = s.param.grad();  // (shape of the parameter), its dtype
-    if (!g.defined() || !g.same(s.param.grad_buffer())) all_in_buffer = false;
-    if (g.defined()) grads.push_back(g.contiguous());
+    if (!flat()) {
+      if (g.defined()) grads.push_back(g.contiguous());
+      continue;
+    }
+    // Outside the views the flat buffer holds zeros; a view whose parameter got no gradient
+    // this pass could hold an older one.
+    Tensor view = s.param.grad_buffer();  // (shape of the parameter), its dtype
+    if (!g.defined())
+      view.fill(0.0);
+    else if (!g.same(view))
+      view.copy_from(g);
   }
+  if (flat()) grads = {flat_grad_};
   if (grads.empty()) return 0.0;
-  // Outside the views the flat buffer holds zeros; a view whose parameter got no gradient
-  // this pass could hold an older one, hence the fallback to the list.
-  if (all_in_buffer) grads = {flat_grad_};
   return std::sqrt(ops::sum_of_squares(grads).item());
 }
 

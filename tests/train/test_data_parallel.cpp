@@ -193,6 +193,18 @@ TEST(DataParallel, OneRankThroughTheCommunicatorIsBitwiseThePlainTrainer) {
   }
 }
 
+// The same with the fused optimizer kernels (the CUDA default, forced here on the CPU): the
+// gradient norm over the flat buffer and the clip scale inside the update.
+TEST(DataParallel, OneRankThroughTheCommunicatorWithFusedKernelsIsBitwiseThePlainTrainer) {
+  train::TrainOptions o = base_options("adamw");
+  o.optimizer_kernels = "fused";
+  const RankRun plain = train_single(tiny_config(), o, o.steps);
+  const std::vector<RankRun> one = train_ranks(1, tiny_config(), o, o.steps);
+  ASSERT_EQ(one[0].error, "");
+  EXPECT_EQ(one[0].checksums, plain.checksums);
+  EXPECT_EQ(one[0].losses, plain.losses);
+}
+
 TEST(DataParallel, AdamWAndBf16MatchTheGlobalBatch) {
   // AdamW normalizes each element's update, so elements whose true gradient is zero (qwen2's
   // k_proj bias: softmax ignores a constant shift) would turn rounding noise into full steps;

@@ -56,9 +56,12 @@ class Optimizer {
   int64_t steps_taken() const { return steps_; }
   bool flat() const { return flat_grad_.defined(); }
   // The global L2 norm of the parameters' gradients through ops::sum_of_squares (one
-  // device read): over the flat gradient buffer when every gradient is in its view, else
-  // over the gradient tensors. Parameters without a gradient count as zero.
-  double gradient_norm() const;
+  // device read). Flat: always over the flat gradient buffer, so that the summation order
+  // does not depend on where the gradients are held — a gradient held elsewhere (data
+  // parallel's bucket slot) is first copied into its view, and the view of a parameter
+  // without a gradient this pass is zeroed. Otherwise over the gradient tensors. Parameters
+  // without a gradient count as zero.
+  double gradient_norm();
 
   // State for checkpoints: "master.NAME" and the optimizer's own tensors ("exp_avg.NAME",
   // ...), plus the step count. load_state expects exactly what state() produced.
