@@ -13,11 +13,9 @@
 //   logits                             (B, T, V)
 #include "microllm/model/transformer.h"
 
-#include <cstdlib>
-#include <cstring>
-
 #include "microllm/autograd/checkpoint.h"
 #include "microllm/autograd/node.h"
+#include "microllm/core/switch.h"
 
 #include "microllm/ops/ops.h"
 
@@ -129,8 +127,7 @@ Tensor Transformer::hidden(const Tensor& ids, const Tensor& positions_in,
   //     gate/up block), one GEMM forward and one each for dX and dW backward; swiglu reads the
   //     two halves in place and writes their gradients as halves of one buffer, so the split's
   //     backward joins them without a copy.
-  const char* join_env = std::getenv("MICROLLM_JOIN_GATE_UP");
-  const bool join_gate_up = join_env != nullptr && std::strcmp(join_env, "1") == 0;
+  const bool join_gate_up = switch_on("MICROLLM_JOIN_GATE_UP");
   auto mlp_act = [this, &c, join_gate_up](const Tensor& h, const std::string& p) {
     const Tensor& gate = param(p + "mlp.gate_proj.weight");  // (F, C)
     const Tensor& up = param(p + "mlp.up_proj.weight");      // (F, C)

@@ -10,12 +10,11 @@
 // S_j alone, runs tile j's online softmax while P · V is in flight, then waits for it and
 // rescales O. Layouts and descriptors: wgmma.cuh. The kernel lab's dev/cuda/flash_wgmma.cu
 // holds the same kernel on T = S multiples of 128 with a CPU check, and its first variant.
-#include <cstdlib>
-#include <cstring>
 
 #include "../cuda_common.cuh"
 #include "attention_kernels.h"
 #include "flash_attention.cuh"
+#include "microllm/core/switch.h"
 #include "wgmma.cuh"
 
 namespace microllm::ops {
@@ -309,10 +308,7 @@ bool device_has_wgmma() {
 
 }  // namespace
 
-bool flash_wgmma_enabled() {
-  const char* env = std::getenv("MICROLLM_FLASH_WGMMA");  // read at each call (tests switch it)
-  return env != nullptr && std::strcmp(env, "1") == 0;
-}
+bool flash_wgmma_enabled() { return switch_on("MICROLLM_FLASH_WGMMA"); }
 
 bool flash_wgmma_forward_applies(const AttentionShape& s, const Tensor& q, const Tensor& q_pos,
                                  const Tensor& k_pos) {

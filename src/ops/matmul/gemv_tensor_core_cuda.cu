@@ -39,14 +39,13 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 #include <utility>
 
 #include "../attention/flash_mma.cuh"
 #include "gemv_fusion.cuh"
 #include "matmul_kernels.h"
+#include "microllm/core/switch.h"
 
 namespace microllm::ops::gemv_detail {
 namespace {
@@ -221,10 +220,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
 
 // Whether a tile's K slices may spread over a cluster of blocks: MICROLLM_GEMV_CLUSTER_SPLIT=1
 // (read at each call, so tests can switch it; off by default until measured).
-bool cluster_split_enabled() {
-  const char* env = std::getenv("MICROLLM_GEMV_CLUSTER_SPLIT");
-  return env != nullptr && std::strcmp(env, "1") == 0;
-}
+bool cluster_split_enabled() { return switch_on("MICROLLM_GEMV_CLUSTER_SPLIT"); }
 
 // Split-K for a product of `rows` weight rows of `groups` 16-byte groups: the slices of a tile
 // double while the grid is short of a target number of warps and each slice keeps a minimum

@@ -16,10 +16,8 @@
 // coalesced. The run (pair) index is split into (b, h, t, i) in 32 bits when it fits (64-bit
 // division costs several times more). A run loads its position once and divides once for
 // four pairs: the per-pair kernel is bound by those instructions, not by DRAM.
-#include <cstdlib>
-#include <cstring>
-
 #include "../cuda_common.cuh"
+#include "microllm/core/switch.h"
 #include "rope_kernels.h"
 #include "rope_rotate.cuh"
 
@@ -95,10 +93,7 @@ RowStrides row_strides(const Tensor& t) { return {t.stride(0), t.stride(1), t.st
 
 // MICROLLM_ROPE_RUNS=1: the runs kernel where the layout allows (read at each call, so tests
 // can switch it).
-bool rope_runs_enabled() {
-  const char* env = std::getenv("MICROLLM_ROPE_RUNS");
-  return env != nullptr && std::strcmp(env, "1") == 0;
-}
+bool rope_runs_enabled() { return switch_on("MICROLLM_ROPE_RUNS"); }
 
 // Whether rope_runs_kernel may take t (B, H, T, D) with D/2 = half: every row start and both
 // halves' runs on kRun-element boundaries.

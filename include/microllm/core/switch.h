@@ -1,0 +1,17 @@
+// The opt-in MICROLLM_* environment switches that choose a kernel or a graph form (the list
+// the benchmarks record is bench/kernel_switches.h).
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+namespace microllm {
+
+// Whether the environment variable `name` is exactly "1". Read at each call, so that tests
+// can switch it between calls.
+inline bool switch_on(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
+}  // namespace microllm
