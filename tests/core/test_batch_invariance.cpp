@@ -5,27 +5,21 @@
 // loop reference, and the mode to its per-thread scope.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <ostream>
 #include <thread>
 
 #include "microllm/core/random.h"
 #include "microllm/ops/gemm_mode.h"
 #include "microllm/ops/matmul.h"
+#include "ops/op_test_util.h"
 
 using namespace microllm;
+using microllm::testing::optest::same_bits;
 
 namespace {
 
 using ops::GemmMode;
 using ops::GemmModeGuard;
-
-// True when both tensors hold the same bytes (dense copies compared).
-bool same_bits(const Tensor& a, const Tensor& b) {
-  const Tensor da = a.contiguous(), db = b.contiguous();
-  return da.dtype() == db.dtype() && da.shape() == db.shape() &&
-         std::memcmp(da.raw_data(), db.raw_data(), da.nbytes()) == 0;
-}
 
 // Rows that cover every position inside a 4-row tile, the first and the last.
 constexpr int64_t kRowsToCheck[] = {0, 1, 2, 3, 5, 6, 17, 62, 63};

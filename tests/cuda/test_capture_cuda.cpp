@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <cstring>
 
 #include "core/expect_error.h"
 #include "cuda/cuda_test_utils.h"
@@ -20,19 +19,15 @@
 #include "microllm/ops/gemm_mode.h"
 #include "microllm/ops/matmul.h"
 #include "microllm/ops/rms_norm.h"
+#include "ops/op_test_util.h"
 
 using namespace microllm;
 using microllm::testing::throws_error;
+using microllm::testing::optest::same_bits;
 
 namespace {
 
 const Device kGpu = Device::cuda(0);
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  const Tensor da = a.to(Device::cpu()).contiguous(), db = b.to(Device::cpu()).contiguous();
-  return da.dtype() == db.dtype() && da.shape() == db.shape() &&
-         std::memcmp(da.raw_data(), db.raw_data(), da.nbytes()) == 0;
-}
 
 // A small block of a decoder layer: out = x + down(silu(up(rms_norm(x)))) + bias, written
 // into the preallocated `out`. Temporaries are allocated by the ops (from the pool when

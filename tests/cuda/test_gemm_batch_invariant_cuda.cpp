@@ -5,7 +5,6 @@
 // results agree with the CPU reference, and the default mode stays the per-shape one.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <ostream>
 
 #include "cuda/cuda_test_utils.h"
@@ -13,22 +12,17 @@
 #include "microllm/cuda/gemm.h"
 #include "microllm/ops/gemm_mode.h"
 #include "microllm/ops/matmul.h"
+#include "ops/op_test_util.h"
 
 using namespace microllm;
 using microllm::testing::relative_l2;
+using microllm::testing::optest::same_bits;
 
 namespace {
 
 const Device kGpu = Device::cuda(0);
 using ops::GemmMode;
 using ops::GemmModeGuard;
-
-// True when both tensors hold the same bytes (compared on the host).
-bool same_bits(const Tensor& a, const Tensor& b) {
-  const Tensor da = a.to(Device::cpu()).contiguous(), db = b.to(Device::cpu()).contiguous();
-  return da.dtype() == db.dtype() && da.shape() == db.shape() &&
-         std::memcmp(da.raw_data(), db.raw_data(), da.nbytes()) == 0;
-}
 
 // The first and last rows, and rows at every offset inside the usual 8 / 16 / 64-row tiles.
 constexpr int64_t kRowsToCheck[] = {0, 1, 2, 5, 6, 7, 8, 15, 16, 31, 33, 62, 63};

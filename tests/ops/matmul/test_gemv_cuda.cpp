@@ -21,10 +21,12 @@
 #include "microllm/core/random.h"
 #include "microllm/ops/ops.h"
 #include "ops/matmul/gemv_test_util.h"
+#include "ops/op_test_util.h"
 
 using namespace microllm;
 using microllm::testing::throws_error;
 using microllm::testing::gemv::worst_error;
+using microllm::testing::optest::same_bits;
 
 namespace {
 
@@ -152,15 +154,6 @@ TEST(CudaGemv, ARowGivesTheSameBitsAloneAndAmongTheRowsOfItsKernel) {
         }
       }
 }
-
-namespace {
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  const Tensor ha = a.to(Device::cpu()), hb = b.to(Device::cpu());
-  return ha.nbytes() == hb.nbytes() && std::memcmp(ha.raw_data(), hb.raw_data(), ha.nbytes()) == 0;
-}
-
-}  // namespace
 
 TEST(CudaGemv, FusedNormAndResidualGiveTheBitsOfTheSeparateOperators) {
   MICROLLM_REQUIRE_CUDA();
