@@ -10,7 +10,7 @@
 #
 # One binary under two settings of its switches: the same binary twice, with NEW_ENV (and
 # BASE_ENV) holding NAME=VALUE words for that side's environment, e.g.
-#   NEW_ENV="MICROLLM_ROPE_RUNS=1 MICROLLM_JOIN_GATE_UP=1" scripts/gpu/train_ab.sh BIN BIN
+#   NEW_ENV="MICROLLM_FLASH_WGMMA=1" scripts/gpu/train_ab.sh BIN BIN
 #
 # Settings (environment): ROUNDS (3), STEPS (10), WARMUP (2), BATCH (8), SEQ (1024), CONFIG,
 # PYTHON (python3; it needs numpy), BASE_ENV and NEW_ENV (empty).

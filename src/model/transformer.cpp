@@ -122,12 +122,12 @@ Tensor Transformer::hidden(const Tensor& ids, const Tensor& positions_in,
   Tensor h = ops::rms_norm(x, param("model.layers.0.input_layernorm.weight"), eps);
   // The MLP's swiglu(gate, up) of h (B, T, C) for layer prefix p, → (B, T, F):
   //   - separate: two projections;
-  //   - joined (MICROLLM_JOIN_GATE_UP=1, off by default, docs/optimization-log.md): gate and up
-  //     as one projection, as Q/K/V — the joined (2F, C) weight (a view of ModelWeights'
-  //     gate/up block), one GEMM forward and one each for dX and dW backward; swiglu reads the
-  //     two halves in place and writes their gradients as halves of one buffer, so the split's
-  //     backward joins them without a copy.
-  const bool join_gate_up = switch_on("MICROLLM_JOIN_GATE_UP");
+  //   - joined (the default; MICROLLM_JOIN_GATE_UP=0 gives the separate form,
+  //     docs/optimization-log.md): gate and up as one projection, as Q/K/V — the joined (2F, C)
+  //     weight (a view of ModelWeights' gate/up block), one GEMM forward and one each for dX and dW
+  //     backward; swiglu reads the two halves in place and writes their gradients as halves of one
+  //     buffer, so the split's backward joins them without a copy.
+  const bool join_gate_up = !switch_off("MICROLLM_JOIN_GATE_UP");
   auto mlp_act = [this, &c, join_gate_up](const Tensor& h, const std::string& p) {
     const Tensor& gate = param(p + "mlp.gate_proj.weight");  // (F, C)
     const Tensor& up = param(p + "mlp.up_proj.weight");      // (F, C)

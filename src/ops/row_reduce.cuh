@@ -132,11 +132,48 @@ struct RowStats {
   float sum;
 };
 
+// online_add over the kN elements of one 16-byte load at once: the running max moves once,
+// to the largest of them, and their kN exponentials are independent of each other, so they
+// overlap instead of forming a chain of dependent expf calls (the rows are bandwidth-bound
+// only while the loads are not waiting for that chain). An element equal to the max adds 1,
+// as online_add's new-max branch does, so a single +inf still gives s = 1.
+template <int kN>
+__device__ __forceinline__ void online_add_many(OnlineSum& a, const float (&x)[kN]) {
+  float m = a.m;
+#pragma unroll
+  for (int e = 0; e < kN; ++e) m = fmaxf(m, x[e]);  // NaN is skipped here, caught below
+  if (m > a.m) {
+    a.s = a.s == 0.0f ? 0.0f : a.s * expf(a.m - m);
+    a.m = m;
+  }
+  if (a.m == -INFINITY) {  // every element so far masked; a NaN among them still poisons
+#pragma unroll
+    for (int e = 0; e < kN; ++e)
+      if (x[e] != x[e]) a.s = x[e];
+    return;
+  }
+  float terms = 0.0f;
+#pragma unroll
+  for (int e = 0; e < kN; ++e) terms += x[e] == a.m ? 1.0f : expf(x[e] - a.m);
+  a.s += terms;
+}
+
 template <bool kWarpPerRow, class T>
 __device__ __forceinline__ RowStats row_stats(const T* row, int64_t n, bool vec, const RowGroup& g,
                                               float* scratch) {
   OnlineSum a;
-  for_each_owned(row, n, vec, g, [&](int64_t, float x) { online_add(a, x); });
+  if (vec) {
+    const int64_t vectors = n / kVec<T>;
+    for (int64_t j = g.lane; j < vectors; j += g.size) {
+      const Vec16<T> v = reinterpret_cast<const Vec16<T>*>(row)[j];
+      float x[kVec<T>];
+#pragma unroll
+      for (int e = 0; e < kVec<T>; ++e) x[e] = to_float(v.v[e]);
+      online_add_many(a, x);
+    }
+  } else {
+    for_each_owned(row, n, false, g, [&](int64_t, float x) { online_add(a, x); });
+  }
   const float m = group_max<kWarpPerRow>(a.m, scratch);
   // A thread that saw nothing finite has s = 0 (or NaN, kept so NaN reaches the row).
   const float s = group_sum<kWarpPerRow>(a.s == 0.0f ? 0.0f : a.s * expf(a.m - m), scratch);

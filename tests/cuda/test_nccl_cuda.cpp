@@ -171,7 +171,9 @@ TEST(NcclCommunicator, WorldSizeOneTrainsBitwiseLikeThePlainTrainer) {
         const train::StepStats a = plain.train_step(token_data());
         const train::StepStats b = nccl.train_step(token_data());
         EXPECT_EQ(a.loss, b.loss) << dtype << " zero1 " << zero1 << " step " << step;
-        EXPECT_EQ(a.grad_norm, b.grad_norm) << dtype << " zero1 " << zero1 << " step " << step;
+        // Without ZeRO-1 both sum the flat gradient buffer in one order (the clip scale
+        // depends on it); ZeRO-1 sums shard by shard, which is why it runs without a clip.
+        if (!zero1) EXPECT_EQ(a.grad_norm, b.grad_norm) << dtype << " step " << step;
         const auto a_bytes = host_bytes(plain), b_bytes = host_bytes(nccl);
         std::string differing;
         for (const auto& [name, bytes] : a_bytes)

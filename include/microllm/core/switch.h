@@ -1,4 +1,4 @@
-// The opt-in MICROLLM_* environment switches that choose a kernel or a graph form (the list
+// The MICROLLM_* environment switches that choose a kernel or a graph form (the list
 // the benchmarks record is bench/kernel_switches.h).
 #pragma once
 
@@ -12,6 +12,13 @@ namespace microllm {
 inline bool switch_on(const char* name) {
   const char* value = std::getenv(name);
   return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
+// Whether the environment variable `name` is exactly "0": the form of a switch whose fast
+// path is the default and whose reference path is one setting away. Read at each call.
+inline bool switch_off(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::strcmp(value, "0") == 0;
 }
 
 }  // namespace microllm

@@ -10,7 +10,8 @@
 // inner == 1 reduces contiguous rows: a warp per short row or a block per long row, each
 // thread striding over the row, then a shuffle tree. inner > 1 reduces columns: a block
 // covers 32 adjacent columns (coalesced loads) and splits n among blockDim.y thread rows,
-// whose partials combine in shared memory in a fixed order. When the outputs alone would
+// whose partials combine in shared memory in a fixed order (a sum over 16-byte aligned
+// columns reads runs of 16 bytes a thread, in the same order). When the outputs alone would
 // leave most of the GPU idle (sum_all, argmax over one vocabulary row, a bias gradient),
 // a first pass reduces chunks of n into F32 partials (outer, chunks, inner) and a second
 // pass reduces those. No atomics: the launch shapes depend only on the tensor shapes, so
@@ -193,6 +194,49 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+// Sum over columns in 16-byte runs: the layout, chunks, split and per-column order of
+// reduce_columns_kernel (so the same bits), but a thread owns kRun = kVec<TIn> adjacent
+// columns and reads them with one 16-byte load, and a block covers kColumnTile runs. Taken
+// for Sum where inner is a multiple of kRun and x is 16-byte aligned (a bias gradient: the
+// 2-byte loads of the column kernel left it at about 0.7 TB/s).
+template <class TIn, class TOut>
+__global__ void __launch_bounds__(1024)
+    sum_column_runs_kernel(ReducePass<TIn, TOut> p, int64_t run_tiles) {
+  constexpr int kRun = kVec<TIn>;
+  __shared__ float part[kMaxSplit][kColumnTile * kRun];
+  const int64_t tiles = p.outer * p.chunks * run_tiles;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // uniform in the block
+    const int64_t run = tile / run_tiles;                             // (o, c) flattened
+    const int64_t o = run / p.chunks, c = run % p.chunks;
+    const int64_t i = ((tile % run_tiles) * kColumnTile + threadIdx.x) * kRun;  // first column
+    const int64_t begin = c * p.chunk_len, end = std::min(p.n, begin + p.chunk_len);
+    const bool active = i < p.inner;
+    float acc[kRun] = {};
+    if (active) {
+      const TIn* column = p.x + o * p.n * p.inner + i;  // element k at column + k·inner
+      for (int64_t k = begin + threadIdx.y; k < end; k += blockDim.y) {
+        const Vec16<TIn> v = *reinterpret_cast<const Vec16<TIn>*>(column + k * p.inner);
+#pragma unroll
+        for (int e = 0; e < kRun; ++e) acc[e] += to_float(v.v[e]);
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < kRun; ++e) part[threadIdx.y][threadIdx.x * kRun + e] = acc[e];
+    __syncthreads();
+    // Thread row 0 finishes columns threadIdx.x + j·kColumnTile of the tile (coalesced).
+    if (threadIdx.y == 0)
+      for (int j = 0; j < kRun; ++j) {
+        const int local = j * kColumnTile + threadIdx.x;
+        const int64_t column = (tile % run_tiles) * kColumnTile * kRun + local;
+        if (column >= p.inner) continue;
+        float total = 0.0f;
+        for (int y = 0; y < static_cast<int>(blockDim.y); ++y) total += part[y][local];
+        p.values[run * p.inner + column] = from_float<TOut>(total);
+      }
+    __syncthreads();  // part is rewritten by the next tile
+  }
+}
+
 // grad_x[o, index[o, i], i] = grad[o, i]: one thread per (o, i); grad_x is zero-filled.
 template <class T>
 __global__ void scatter_along_dim_kernel(const T* grad, const int64_t* index, int64_t outer,
@@ -248,6 +292,14 @@ void launch_pass(const ReducePass<TIn, TOut>& p, cudaStream_t stream) {
     int split = 1;
     while (split < kMaxSplit && split < p.chunk_len && tiles * kColumnTile * split < kBusyThreads)
       split *= 2;
+    constexpr int kRun = kVec<TIn>;
+    if (p.op == ReduceOp::Sum && p.inner % kRun == 0 && aligned16({p.x})) {
+      const int64_t run_tiles = ceil_div(p.inner / kRun, static_cast<int64_t>(kColumnTile));
+      sum_column_runs_kernel<TIn, TOut>
+          <<<grid_for(runs * run_tiles, 1), dim3(kColumnTile, split), 0, stream>>>(p, run_tiles);
+      CUDA_CHECK_LAUNCH("sum_column_runs_kernel");
+      return;
+    }
     reduce_columns_kernel<TIn, TOut>
         <<<grid_for(tiles, 1), dim3(kColumnTile, split), 0, stream>>>(p, column_tiles);
     CUDA_CHECK_LAUNCH("reduce_columns_kernel");

@@ -9,7 +9,7 @@
 // (i, i + D/2) of row (b, h, t) turns by θ = float(position[b, t]) · inv_freq[i] (−θ when
 // `inverse`, the backward):
 //   y[i] = x[i]·cos θ − x[i + D/2]·sin θ;  y[i + D/2] = x[i + D/2]·cos θ + x[i]·sin θ
-// With MICROLLM_ROPE_RUNS=1 (off by default, docs/optimization-log.md), one thread per run of
+// By default (MICROLLM_ROPE_RUNS=0 turns it off, docs/optimization-log.md), one thread per run of
 // 4 consecutive pairs (i … i + 3) where D/2, the row strides and the pointers allow 4-element
 // accesses (8 bytes in BF16/F16, 16 in F32); otherwise one per pair:
 // consecutive threads take consecutive i, so both halves of a row are read and written
@@ -91,9 +91,9 @@ __global__ void rope_runs_kernel(const T* x, RowStrides xs, const Index* positio
 
 RowStrides row_strides(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
 
-// MICROLLM_ROPE_RUNS=1: the runs kernel where the layout allows (read at each call, so tests
-// can switch it).
-bool rope_runs_enabled() { return switch_on("MICROLLM_ROPE_RUNS"); }
+// The runs kernel where the layout allows, unless MICROLLM_ROPE_RUNS=0 (read at each call, so
+// tests can switch it).
+bool rope_runs_enabled() { return !switch_off("MICROLLM_ROPE_RUNS"); }
 
 // Whether rope_runs_kernel may take t (B, H, T, D) with D/2 = half: every row start and both
 // halves' runs on kRun-element boundaries.

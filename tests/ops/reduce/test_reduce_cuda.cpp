@@ -14,10 +14,12 @@
 #include "cuda/cuda_test_utils.h"
 #include "microllm/core/random.h"
 #include "microllm/ops/ops.h"
+#include "ops/op_test_util.h"
 
 using namespace microllm;
 using microllm::testing::cuda_matches_cpu;
 using microllm::testing::CudaCheckOptions;
+using microllm::testing::optest::same_bits;
 
 namespace {
 
@@ -230,4 +232,31 @@ TEST(CudaReduce, RepeatedRunsAreBitwiseIdentical) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(c, d);
   EXPECT_EQ(ops::sum_all(x).item(), ops::sum_all(x).item());
+}
+
+// A sum over 16-byte aligned columns reads runs of 16 bytes a thread, in the order of the
+// column kernel: the same bits as the column kernel, which the same values take from a view
+// one element off alignment. Shapes: the bias gradient of Qwen2.5-0.5B's joined Q/K/V
+// (8,192 × 1,152: two passes), a partial tile of runs, an outer dimension, one pass.
+TEST(CudaReduce, ColumnSumsInSixteenByteRunsGiveTheColumnKernelsBits) {
+  MICROLLM_REQUIRE_CUDA();
+  const Device gpu = Device::cuda(0);
+  const std::vector<Shape> shapes = {{8192, 1152}, {300, 264}, {3, 700, 72}, {40, 8}};
+  for (DType dtype : {DType::F32, DType::BF16, DType::F16})
+    for (const Shape& shape : shapes) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      const Tensor flat = leaf({n + 1}, 43).detach().to(dtype).to(gpu);  // (n + 1)
+      const Tensor shifted = flat.narrow(0, 1, n).view(shape);  // one element off alignment
+      const Tensor aligned = shifted.clone();
+      const int64_t dim = static_cast<int64_t>(shape.size()) - 2;  // over rows, per column
+      const Tensor want = ops::sum(shifted, dim), got = ops::sum(aligned, dim);
+      EXPECT_TRUE(same_bits(got, want)) << dtype << " " << shape_str(shape);
+      CudaCheckOptions o = in(dtype);
+      o.check_backward = false;
+      o.atol = 5e-5 * std::sqrt(static_cast<double>(shape[dim]));
+      EXPECT_TRUE(cuda_matches_cpu([&](const auto& v) { return ops::sum(v[0], dim); },
+                                   {leaf(shape, 44)}, o))
+          << dtype << " " << shape_str(shape);
+    }
 }

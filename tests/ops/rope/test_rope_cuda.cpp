@@ -132,10 +132,11 @@ TEST(CudaRope, SmallCaseByTheFormula) {
   }
 }
 
-// With MICROLLM_ROPE_RUNS=1, where D/2, the strides and the pointers allow, a thread takes a
-// run of four pairs with wide accesses; otherwise one pair. Both give the same bits: the same
-// x read at an address two elements off its alignment (the per-pair kernel) and at an aligned
-// one (the runs), with the forward and the inverse angle, in place and not.
+// With the runs on (the default; the test sets MICROLLM_ROPE_RUNS=1 so that a run of the suite
+// with MICROLLM_ROPE_RUNS=0 still checks them), where D/2, the strides and the pointers allow, a
+// thread takes a run of four pairs with wide accesses; otherwise one pair. Both give the same bits:
+// the same x read at an address two elements off its alignment (the per-pair kernel) and at an
+// aligned one (the runs), with the forward and the inverse angle, in place and not.
 TEST(CudaRope, RunsOfFourPairsGiveThePerPairBits) {
   MICROLLM_REQUIRE_CUDA();
   const Device gpu = Device::cuda(0);
