@@ -7,13 +7,13 @@
 # static-cache model) per model shape, and writes one record per case (kind "generate",
 # ratio = microllm / peer tokens/s, > 1: microllm faster). Records go to
 # $OUT/records/generate/ (./out when OUT is unset), the raw JSON of both programs and the
-# table to $OUT/bench-raw/; both are packed into $OUT/generate.tar.gz (PACK_RECORDS=0 leaves
-# them loose). The table is printed last. Arguments pass to run_generate_bench.py.
+# table to $OUT/bench-raw/; both are packed into $OUT/generate-<UTC time>.tar.gz and removed
+# from $OUT (PACK_RECORDS=0 leaves them loose; other benchmarks' records are left alone). The table is printed last. Arguments pass to run_generate_bench.py.
 #
 #   OUT=/tmp/out MICROLLM_GIT_COMMIT=$(git rev-parse HEAD) MICROLLM_GIT_DIRTY=0 \
 #     scripts/gpu/generate_bench.sh --quick
 #   scripts/gpu/generate_bench.sh --models qwen2.5-0.5b --batch 1,8 --context 8,512,2048
-#   # here, afterwards: tar -xzf generate.tar.gz -C bench/ records   (→ bench/records/generate/)
+#   # here, afterwards: tar -xzf generate-*.tar.gz -C bench/ records/generate   (→ bench/records/generate/)
 #
 # The full matrix (2 model shapes × batch 1,8,32,64 × context 8,512,2048) compiles the static
 # model once per case; split it over calls (--models, --batch) to stay inside a call's limit.
@@ -79,9 +79,12 @@ log "run_generate_bench.py exit $bench_rc"
 table=""
 [ -f "$raw/generate-table.txt" ] && table=$(cat "$raw/generate-table.txt")
 if [ "$PACK_RECORDS" = "1" ]; then
-  if tar -czf "$OUT/generate.tar.gz" -C "$OUT" records bench-raw; then
-    rm -rf "$records" "$raw"
-    log "records packed: $OUT/generate.tar.gz ($(tar -tzf "$OUT/generate.tar.gz" | grep -c '/generate/.*\.json$') records)"
+  # Only this benchmark's records: other benchmarks of the same call may share $OUT/records,
+  # and a second call of this script packs into its own archive.
+  pack="$OUT/generate-$(date -u +%Y%m%dT%H%M%SZ).tar.gz"
+  if tar -czf "$pack" -C "$OUT" records/generate bench-raw; then
+    rm -rf "$records/generate" "$raw"
+    log "records packed: $pack ($(tar -tzf "$pack" | grep -c '/generate/.*\.json$') records)"
   else
     log "packing failed: records left in $records"
   fi

@@ -6,7 +6,9 @@ The README shows benchmark figures only between marker lines
     <!-- records:ops:begin -->  ...  <!-- records:ops:end -->
 
 and every such block must equal what this tool generates from bench/records/. A record
-made with a dirty tree is never cited. For each case the newest clean record is used.
+made with a dirty tree is never cited, nor one from another GPU than the README's (the H200;
+records from other cards stay in bench/records/ and are cited in the docs). For each case the
+newest clean record is used.
 Kinds: ops, train, tokenizer, generate (decode throughput, bench/generate/run_generate_bench.py),
 serve (serving throughput, bench/serve/run_serve_bench.py).
 
@@ -24,6 +26,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RECORDS = REPO_ROOT / "bench" / "records"
+README_GPU = "H200"  # the card the README's tables speak of
 
 
 # What names a case in each kind's records (the newest clean record per case is shown).
@@ -44,6 +47,9 @@ def load_records(kind: str, records_dir: Path = RECORDS) -> list[dict]:
     for path in sorted((records_dir / kind).glob("*.json")):
         record = json.loads(path.read_text())
         if record.get("git", {}).get("dirty", True) or "summary" not in record:
+            continue
+        gpu = (record.get("host") or {}).get("gpu")
+        if gpu and README_GPU not in gpu:
             continue
         record["_file"] = path.name
         case = CASE_KEYS[kind](record["config"])

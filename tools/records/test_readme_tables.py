@@ -27,6 +27,19 @@ def test_dirty_records_are_never_cited(tmp_path):
     assert [r["git"]["commit"][0] for r in records] == ["a"]
 
 
+def test_records_from_another_gpu_are_not_cited(tmp_path):
+    ops = tmp_path / "ops"
+    ops.mkdir()
+    h200 = {"git": {"dirty": False, "commit": "a" * 40}, "created_utc": "2026-01-01T00:00:00Z",
+            "config": {"case": "x"}, "summary": {"median": 1.0}, "host": {"gpu": "NVIDIA H200"}}
+    h100 = dict(h200, git={"dirty": False, "commit": "b" * 40}, created_utc="2026-02-01T00:00:00Z",
+                host={"gpu": "NVIDIA H100 80GB HBM3"})
+    (ops / "1.json").write_text(__import__("json").dumps(h200))
+    (ops / "2.json").write_text(__import__("json").dumps(h100))  # newer, but another card
+    records = readme_tables.load_records("ops", tmp_path)
+    assert [r["git"]["commit"][0] for r in records] == ["a"]
+
+
 def _generate_record(batch, context, commit, created, dirty=False, peers=True, mode=None):
     derived = {"microllm_decode_tokens_per_s": 1234.4, "microllm_ttft_ms": 5.25}
     case = f"m-b{batch}-c{context}-n128" + (f"-{mode}" if mode and mode != "graphs" else "")
