@@ -27,8 +27,9 @@
 //     thread-block cluster (Hopper), for the products whose tiles alone give fewer blocks than SMs
 //     (Qwen2.5-0.5B at M = 8: 72–152 blocks for 132 SMs); the blocks add each other's slice sums
 //     through distributed shared memory, in the same slice order, so there is no global scratch and
-//     nothing to zero. Off by default (H100, batch 8: 0.963× at Qwen2.5-0.5B, 1.087× at the 1.5B
-//     shape; docs/optimization-log.md).
+//     nothing to zero. Both off by default (H100, batch 8, fine split alone: 0.991× at
+//     Qwen2.5-0.5B, 1.085× at the 1.5B shape; with the clusters 0.963× and 1.087×;
+//     docs/optimization-log.md).
 // gemv_cuda.cu sends it the BF16/F16 calls of 5 to 8 rows: there it streams W faster than
 // the CUDA-core kernel, which re-reads x from L1 for every row of W (LM head at M = 8: 101
 // against 235 µs, at M = 4 94 against 140); at M = 1 it is slower (LM head 88 against
