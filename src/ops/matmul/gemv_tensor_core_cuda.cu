@@ -22,14 +22,15 @@
 //     order in shared memory; the order is fixed by (N, K) alone, and a row of the mma (a
 //     row of x) never meets another, so a row of x gets the same bits in a call of any
 //     number of rows up to 16;
-//   - with MICROLLM_GEMV_FINE_SPLIT=1 a tile's K is split finer within a block; with
-//     MICROLLM_GEMV_CLUSTER_SPLIT=1 that, and it may also be split over the blocks of a
-//     thread-block cluster (Hopper), for the products whose tiles alone give fewer blocks than SMs
-//     (Qwen2.5-0.5B at M = 8: 72–152 blocks for 132 SMs); the blocks add each other's slice sums
-//     through distributed shared memory, in the same slice order, so there is no global scratch and
-//     nothing to zero. Both off by default (H100, batch 8, fine split alone: 0.991× at
-//     Qwen2.5-0.5B, 1.085× at the 1.5B shape; with the clusters 0.963× and 1.087×;
-//     docs/optimization-log.md).
+//   - with MICROLLM_GEMV_FINE_SPLIT=1 a tile's K is split finer within a block for the
+//     products of fewer than 512 tiles; with MICROLLM_GEMV_CLUSTER_SPLIT=1 for every product,
+//     and it may also be split over the blocks of a thread-block cluster (Hopper), for the
+//     products whose tiles alone give fewer blocks than SMs (Qwen2.5-0.5B at M = 8: 72–152
+//     blocks for 132 SMs); the blocks add each other's slice sums through distributed shared
+//     memory, in the same slice order, so there is no global scratch and nothing to zero. Both
+//     off by default (H100, batch 8: the fine split over every product 0.991× at
+//     Qwen2.5-0.5B and 1.085× at the 1.5B shape, hence the tile limit, not yet measured; with
+//     the clusters 0.963× and 1.087×; docs/optimization-log.md).
 // gemv_cuda.cu sends it the BF16/F16 calls of 5 to 8 rows: there it streams W faster than
 // the CUDA-core kernel, which re-reads x from L1 for every row of W (LM head at M = 8: 101
 // against 235 µs, at M = 4 94 against 140); at M = 1 it is slower (LM head 88 against
@@ -61,6 +62,10 @@ constexpr int kMinSliceGroups = 8;      // a slice keeps at least 2 chunks
 constexpr int64_t kSplitTargetWarps = 1536;
 constexpr int kSplitMinSliceGroups = 4;
 constexpr int kMaxClusterBlocks = 4;
+// The fine split alone (no clusters) takes only products of fewer tiles than this: the 1.5B
+// shape's QKV (256 tiles) and not the gate/up products (608 and 1,120 tiles), where splitting
+// finer cost the 0.5B shape 0.9 % on an H100 (docs/optimization-log.md).
+constexpr int64_t kFineSplitMaxTiles = 512;
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -224,24 +229,25 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
 // (read at each call, so tests can switch it; off by default until measured).
 bool cluster_split_enabled() { return switch_on("MICROLLM_GEMV_CLUSTER_SPLIT"); }
 
-// Whether a tile's K is split finer within a block (kSplitTargetWarps, kSplitMinSliceGroups):
-// MICROLLM_GEMV_FINE_SPLIT=1, or implied by the cluster split. Off by default until measured.
-bool fine_split_enabled() {
-  return switch_on("MICROLLM_GEMV_FINE_SPLIT") || cluster_split_enabled();
-}
+// Whether a tile's K is split finer within a block (kSplitTargetWarps, kSplitMinSliceGroups)
+// for products of fewer than kFineSplitMaxTiles tiles: MICROLLM_GEMV_FINE_SPLIT=1 (off by
+// default until measured). The cluster split splits every product finer.
+bool fine_split_enabled() { return switch_on("MICROLLM_GEMV_FINE_SPLIT"); }
 
 // Split-K for a product of `rows` weight rows of `groups` 16-byte groups: the slices of a tile
 // double while the grid is short of a target number of warps and each slice keeps a minimum
 // of groups. By default: within a block only, up to kGemvWarps slices, target kTargetWarps,
-// kMinSliceGroups. With the fine split: within a block to kSplitTargetWarps with
-// kSplitMinSliceGroups. With the cluster split, past kGemvWarps slices, also over the blocks of
-// a cluster (up to kMaxClusterBlocks) while the grid is still short of kTargetWarps. Fixed by
-// (rows, groups) and the switches, never by M or by the prologue, so that a fused norm keeps
-// the bits of the unfused product.
+// kMinSliceGroups. With the fine split, for products of fewer than kFineSplitMaxTiles tiles:
+// within a block to kSplitTargetWarps with kSplitMinSliceGroups. With the cluster split: that
+// for every product, then past kGemvWarps slices over the blocks of a cluster (up to
+// kMaxClusterBlocks) while the grid is still short of kTargetWarps. Fixed by (rows, groups)
+// and the switches, never by M or by the prologue, so that a fused norm keeps the bits of the
+// unfused product.
 TensorCoreSplit tensor_core_split(int64_t rows, int64_t groups) {
-  const bool fine = fine_split_enabled(), clusters = cluster_split_enabled();
-  const int64_t min_groups = fine ? kSplitMinSliceGroups : kMinSliceGroups;
   const int64_t tiles = (rows + kTileRows - 1) / kTileRows;
+  const bool clusters = cluster_split_enabled();
+  const bool fine = clusters || (fine_split_enabled() && tiles < kFineSplitMaxTiles);
+  const int64_t min_groups = fine ? kSplitMinSliceGroups : kMinSliceGroups;
   auto split_while = [&](int slices, int max_slices, int64_t target) {
     while (slices < max_slices && tiles * slices < target && groups / (2 * slices) >= min_groups)
       slices *= 2;
