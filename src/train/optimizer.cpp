@@ -85,22 +85,22 @@ std::vector<Tensor> Optimizer::make_state() const {
 
 double Optimizer::gradient_norm() {
   autograd::NoGradGuard no_grad;
-  std::vector<Tensor> grads;
-  for (const Slot& s : slots_) {
-    const Tensor g = s.param.grad();  // (shape of the parameter), its dtype
-    if (!flat()) {
-      if (g.defined()) grads.push_back(g.contiguous());
-      continue;
-    }
+  if (flat()) {
     // Outside the views the flat buffer holds zeros; a view whose parameter got no gradient
     // this pass could hold an older one.
-    Tensor view = s.param.grad_buffer();  // (shape of the parameter), its dtype
-    if (!g.defined())
-      view.fill(0.0);
-    else if (!g.same(view))
-      view.copy_from(g);
+    for (const Slot& s : slots_) {
+      const Tensor g = s.param.grad();      // (shape of the parameter), its dtype
+      Tensor view = s.param.grad_buffer();  // (shape of the parameter), its dtype
+      if (!g.defined())
+        view.fill(0.0);
+      else if (!g.same(view))
+        view.copy_from(g);
+    }
+    return std::sqrt(ops::sum_of_squares({flat_grad_}).item());
   }
-  if (flat()) grads = {flat_grad_};
+  std::vector<Tensor> grads;
+  for (const Slot& s : slots_)
+    if (const Tensor g = s.param.grad(); g.defined()) grads.push_back(g.contiguous());
   if (grads.empty()) return 0.0;
   return std::sqrt(ops::sum_of_squares(grads).item());
 }
