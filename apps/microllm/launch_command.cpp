@@ -11,8 +11,10 @@
 // SIGKILL), and a child dies with the launcher (PR_SET_PDEATHSIG). When a child fails (non-zero
 // exit or a signal), the launcher names its rank, sends SIGTERM to the other children
 // (SIGKILL after --kill-timeout seconds) and exits with that child's status (128 + signal
-// for a signal). Reference: torchrun's environment variables (PyTorch "torchrun (Elastic
-// Launch)").
+// for a signal). Stopping a rank stops its whole process group: the launcher waits until the
+// groups of the stopped ranks are empty, so a process a rank started that ignores SIGTERM is
+// killed at the deadline too, rather than outliving the launcher. Reference: torchrun's environment
+// variables (PyTorch "torchrun (Elastic Launch)").
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -43,8 +45,9 @@ struct LaunchCli {
 
 struct Child {
   int rank = 0, local_rank = 0;
-  pid_t pid = -1;
+  pid_t pid = -1;  // also its process group id
   bool running = false;
+  bool stopped = false;  // signalled by the launcher while running: its group is waited for
 };
 
 // "host:port" or "[v6 address]:port" → (host, port).
@@ -85,10 +88,22 @@ int exit_code_of(int status) {
   return 1;
 }
 
-// Sends `sig` to every running child's process group (or to the child, if it has none yet).
-void signal_children(const std::vector<Child>& children, int sig) {
-  for (const Child& c : children)
+// Sends `sig` to every running child's process group (or to the child, if it has none yet)
+// and to what is left of the groups of stopped children, and marks the running ones stopped.
+void signal_children(std::vector<Child>& children, int sig) {
+  for (Child& c : children) {
     if (c.running && ::kill(-c.pid, sig) != 0) ::kill(c.pid, sig);
+    if (!c.running && c.stopped) ::kill(-c.pid, sig);
+    c.stopped = c.stopped || c.running;
+  }
+}
+
+// Whether a stopped child's process group still has members (the child itself, or what it
+// started). A group id is not reused while the group has members.
+bool stopped_groups_left(const std::vector<Child>& children) {
+  for (const Child& c : children)
+    if (c.stopped && ::kill(-c.pid, 0) == 0) return true;
+  return false;
 }
 
 int run_launch(const LaunchCli& cli) {
@@ -180,7 +195,7 @@ int run_launch(const LaunchCli& cli) {
   int interrupted = 0;  // the first forwarded signal
   int failed_status = 0;
   const Child* failed = nullptr;
-  while (alive > 0) {
+  while (alive > 0 || (kill_at != never && stopped_groups_left(children))) {
     timespec tick{0, 200 * 1000 * 1000};
     siginfo_t info;
     const int sig = ::sigtimedwait(&handled, &info, &tick);
@@ -207,6 +222,7 @@ int run_launch(const LaunchCli& cli) {
         if (!ok && failed == nullptr && interrupted == 0) {
           failed = &c;
           failed_status = status;
+          c.stopped = true;  // what it started is stopped with the others
           std::fprintf(stderr,
                        "microllm launch: rank %d (local rank %d, pid %d) %s; stopping the other %d "
                        "rank(s)\n",
@@ -218,7 +234,7 @@ int run_launch(const LaunchCli& cli) {
         }
       }
     }
-    if (alive > 0 && Clock::now() >= kill_at) {
+    if (Clock::now() >= kill_at) {
       signal_children(children, SIGKILL);
       kill_at = never;
     }

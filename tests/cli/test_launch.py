@@ -51,7 +51,8 @@ def test_a_failing_rank_stops_the_others_and_is_named(tmp_path):
     script = 'if [ "$RANK" = 2 ]; then exit 3; fi; sleep 30; touch "$0/finished$RANK"'
     start = time.monotonic()
     proc = launch("--nproc", 4, "--kill-timeout", 5, "--", "sh", "-c", script, tmp_path)
-    assert time.monotonic() - start < 20
+    elapsed = time.monotonic() - start
+    assert elapsed < 20, f"{elapsed:.1f} s; stderr: {proc.stderr}"
     assert proc.returncode == 3, proc.stderr
     assert "rank 2 (local rank 2" in proc.stderr and "exited with status 3" in proc.stderr, proc.stderr
     assert "failed: rank 2" in proc.stderr
@@ -66,6 +67,16 @@ def test_a_failing_rank_stops_the_others_and_is_named(tmp_path):
     assert proc.returncode == 5, proc.stderr
     assert 1.0 <= time.monotonic() - start < 15
     assert not (tmp_path / "stubborn").exists()
+    # What a stopped rank started is stopped with it: rank 1's background job ignores SIGTERM
+    # and holds the launcher's output pipes, so the launcher's output ends only once it is
+    # killed at --kill-timeout (else after its 30 s sleep).
+    script = ('if [ "$RANK" = 0 ]; then while [ ! -e "$0/started" ]; do sleep 0.05; done; exit 4; fi; '
+              '(trap "" TERM; touch "$0/started"; sleep 30; touch "$0/orphan") & wait')
+    start = time.monotonic()
+    proc = launch("--nproc", 2, "--kill-timeout", 1, "--", "sh", "-c", script, tmp_path)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 4, proc.stderr
+    assert 1.0 <= elapsed < 15, f"{elapsed:.1f} s; stderr: {proc.stderr}"
     # A command that does not exist.
     proc = launch("--nproc", 2, "--", tmp_path / "no-such-program")
     assert proc.returncode == 127 and "cannot run" in proc.stderr, proc.stderr
