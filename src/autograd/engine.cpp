@@ -20,6 +20,12 @@ namespace {
 
 thread_local bool t_grad_mode = true;
 
+// Whether two tensors are the same elements of the same storage, laid out alike.
+bool same_memory(const Tensor& a, const Tensor& b) {
+  return a.storage() == b.storage() && a.offset() == b.offset() && a.shape() == b.shape() &&
+         a.strides() == b.strides() && a.dtype() == b.dtype();
+}
+
 class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf)
@@ -32,10 +38,12 @@ class AccumulateGrad final : public Node {
     Tensor& buffer = leaf_->autograd.grad_buffer;
     NoGradGuard no_grad;
     // The first gradient is copied (into the leaf's buffer when it has one) so later in-place
-    // updates of .grad never alias a value another part of the graph still holds. A gradient
-    // kept in the buffer grows in place; elsewhere (a tensor set by set_grad) by a new sum.
+    // updates of .grad never alias a value another part of the graph still holds; one a
+    // backward function wrote into the claimed buffer (autograd/gradient_buffer.h) is there
+    // already. A gradient kept in the buffer grows in place; elsewhere (a tensor set by
+    // set_grad) by a new sum.
     if (!grad.defined() && buffer.defined()) {
-      buffer.copy_from(incoming);
+      if (!same_memory(incoming, buffer)) buffer.copy_from(incoming);
       grad = buffer;
     } else if (!grad.defined()) {
       grad = incoming.clone();
@@ -121,7 +129,7 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
 }
 
 void record(const std::string& name, const std::vector<Tensor>& inputs,
-            const std::vector<Tensor*>& outputs, Node::BackwardFn backward) {
+            const std::vector<Tensor*>& outputs, Node::BackwardFn backward, Node::ClaimFn claim) {
   if (!any_requires_grad(inputs)) return;
   std::vector<Edge> edges;
   std::vector<Shape> shapes;
@@ -131,7 +139,7 @@ void record(const std::string& name, const std::vector<Tensor>& inputs,
     shapes.push_back(input.defined() ? input.shape() : Shape{});
   }
   auto node = std::make_shared<Node>(name, static_cast<int>(outputs.size()), std::move(edges),
-                                     std::move(shapes), std::move(backward));
+                                     std::move(shapes), std::move(backward), std::move(claim));
   for (size_t i = 0; i < outputs.size(); ++i) outputs[i]->set_grad_fn(node, static_cast<int>(i));
 }
 

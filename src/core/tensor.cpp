@@ -282,10 +282,12 @@ void Tensor::set_grad(const Tensor& grad) {
   MICROLLM_CHECK(!grad.defined() || grad.shape() == shape(), "Tensor::set_grad", "gradient ",
                  grad.describe(), " does not match tensor ", describe());
   impl_->autograd.grad = grad;
+  impl_->autograd.grad_buffer_claimed = false;
 }
 void Tensor::zero_grad() {
   check_defined("Tensor::zero_grad");
   impl_->autograd.grad = Tensor();
+  impl_->autograd.grad_buffer_claimed = false;
 }
 void Tensor::set_grad_buffer(const Tensor& buffer) {
   check_defined("Tensor::set_grad_buffer");
@@ -294,6 +296,7 @@ void Tensor::set_grad_buffer(const Tensor& buffer) {
                  "Tensor::set_grad_buffer", "gradient buffer ", buffer.describe(),
                  " does not match tensor ", describe(), " (shape, dtype and device must agree)");
   impl_->autograd.grad_buffer = buffer;
+  impl_->autograd.grad_buffer_claimed = false;
 }
 Tensor Tensor::grad_buffer() const {
   check_defined("Tensor::grad_buffer");

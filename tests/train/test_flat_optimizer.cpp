@@ -16,6 +16,7 @@
 #include "microllm/train/trainer.h"
 #include "model/tiny_config.h"
 #include "ops/op_test_util.h"
+#include "support/scoped_env.h"
 
 using namespace microllm;
 using microllm::testing::optest::same_bits;
@@ -185,6 +186,40 @@ TEST(FlatOptimizer, CoalesceMergesOnlyNeighbours) {
     EXPECT_TRUE(same_bits(list[i].exp_avg, copies[i].exp_avg)) << i;
     EXPECT_TRUE(same_bits(list[i].exp_avg_sq, copies[i].exp_avg_sq)) << i;
   }
+}
+
+TEST(FlatOptimizer, ProjectionGradientsAreWrittenIntoTheirBuffersWithTheSameBits) {
+  // MICROLLM_GRAD_INTO_BUFFER=1: the gradient of every projection weight and of the (untied)
+  // LM head is written by its product into its claimed buffer (Q/K/V and gate/up through one
+  // joined view each); the embedding and the norms keep the copy. The gradients over two
+  // accumulated micro-batches are those of the same model without claims, bit for bit.
+  for (model::Family family : {model::Family::Qwen2, model::Family::Qwen3, model::Family::Llama})
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " family " +
+                   std::to_string(static_cast<int>(family)));
+      std::map<std::string, Tensor> grads[2];  // [claims off, on]
+      for (int claims : {0, 1}) {
+        const microllm::testing::ScopedEnv env("MICROLLM_GRAD_INTO_BUFFER", claims ? "1" : "0");
+        const model::ModelWeights weights =
+            model::ModelWeights::random(tiny_config(family), Device::cpu(), dtype, 5);
+        const model::Transformer flat_model = model::Transformer::from_weights(weights);
+        for (const auto& [name, p] : flat_model.parameters()) Tensor(p).set_requires_grad(true);
+        auto flat =
+            train::make_optimizer("adamw", train::optimizer_params(flat_model.parameters()),
+                                  train::AdamWOptions{}, train::SgdOptions{}, weights.flat());
+        accumulate(flat_model, random_ids(1));
+        for (const auto& [name, p] : flat_model.parameters()) {
+          const bool product = name.ends_with("proj.weight") || name == "lm_head.weight";
+          EXPECT_EQ(p.impl()->autograd.grad_buffer_claimed, claims == 1 && product) << name;
+        }
+        accumulate(flat_model, random_ids(2));
+        for (const auto& [name, p] : flat_model.parameters()) {
+          ASSERT_TRUE(p.grad().same(p.grad_buffer())) << name;
+          grads[claims][name] = p.grad().clone();
+        }
+      }
+      for (const auto& [name, g] : grads[0]) EXPECT_TRUE(same_bits(grads[1].at(name), g)) << name;
+    }
 }
 
 TEST(FlatOptimizer, TheTrainerIsFlat) {

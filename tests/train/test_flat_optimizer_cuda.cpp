@@ -5,7 +5,9 @@
 // norm within F32 rounding of the per-tensor one.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <utility>
 
 #include "cuda/cuda_test_utils.h"
@@ -14,6 +16,7 @@
 #include "microllm/model/weights.h"
 #include "microllm/ops/elementwise.h"
 #include "microllm/train/optimizer.h"
+#include "support/scoped_env.h"
 
 using namespace microllm;
 using microllm::testing::bit_equal;
@@ -83,4 +86,34 @@ TEST(CudaFlatOptimizer, GivesTheBitsOfThePerTensorOptimizer) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i)
     EXPECT_TRUE(bit_equal(a[i].second, b[i].second)) << a[i].first;
+}
+
+TEST(CudaFlatOptimizer, ClaimedGradientBuffersSaveTheCopiesWithTheSameBits) {
+  // MICROLLM_GRAD_INTO_BUFFER=1: each layer's seven projection weights (Q/K/V and gate/up
+  // claimed through one joined view each, O and down alone) get their gradients written by
+  // their products, so seven device-to-device copies a layer fewer in a backward pass; the
+  // tied embedding still takes its sum's copy. The gradients keep their bits.
+  MICROLLM_REQUIRE_CUDA();
+  const Device gpu = Device::cuda(0);
+  std::map<std::string, Tensor> grads[2];  // [claims off, on]
+  int64_t copies[2] = {0, 0};
+  for (int claims : {0, 1}) {
+    const microllm::testing::ScopedEnv env("MICROLLM_GRAD_INTO_BUFFER", claims ? "1" : "0");
+    const model::ModelWeights weights =
+        model::ModelWeights::random(small_config(), gpu, DType::BF16, 9);
+    const model::Transformer model = model::Transformer::from_weights(weights);
+    for (const auto& [name, p] : model.parameters()) Tensor(p).set_requires_grad(true);
+    train::AdamWOptions options;
+    options.fused = true;
+    train::AdamW adamw(train::optimizer_params(model.parameters()), options, weights.flat());
+    const Tensor ids = random_ids(3, gpu);                                             // (4, 64)
+    const Tensor loss = model::Transformer::next_token_loss(model.forward(ids), ids);  // ()
+    cuda::reset_transfer_stats();
+    loss.backward();
+    copies[claims] = cuda::transfer_stats().d2d_calls;
+    for (const auto& [name, p] : model.parameters()) grads[claims][name] = p.grad().clone();
+  }
+  EXPECT_EQ(copies[0] - copies[1], 7 * small_config().num_layers)
+      << "copies without claims " << copies[0] << ", with " << copies[1];
+  for (const auto& [name, g] : grads[0]) EXPECT_TRUE(bit_equal(grads[1].at(name), g)) << name;
 }

@@ -28,15 +28,19 @@ class Node {
  public:
   // grads of each output (undefined where no gradient reached) → grads of each input.
   using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs)>;
+  // Where the gradient of output `output_nr` may be written, or undefined (see
+  // autograd/gradient_buffer.h).
+  using ClaimFn = std::function<Tensor(int output_nr)>;
 
   // `input_shapes[i]` is the shape the gradient for edge i must have (checked by the engine).
   Node(std::string name, int num_outputs, std::vector<Edge> next_edges,
-       std::vector<Shape> input_shapes, BackwardFn backward)
+       std::vector<Shape> input_shapes, BackwardFn backward, ClaimFn claim = nullptr)
       : name_(std::move(name)),
         num_outputs_(num_outputs),
         next_edges_(std::move(next_edges)),
         input_shapes_(std::move(input_shapes)),
-        backward_(std::move(backward)) {}
+        backward_(std::move(backward)),
+        claim_(std::move(claim)) {}
   virtual ~Node() = default;
 
   const std::string& name() const { return name_; }
@@ -44,8 +48,15 @@ class Node {
   const std::vector<Edge>& next_edges() const { return next_edges_; }
   const std::vector<Shape>& input_shapes() const { return input_shapes_; }
   virtual std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs);
+  // Memory the gradient of output `output_nr` may be written into, claimed for this pass,
+  // or undefined: the ClaimFn given at recording (none: undefined); leaves' accumulators
+  // hand out their gradient buffer.
+  virtual Tensor claim_gradient(int output_nr) { return claim_ ? claim_(output_nr) : Tensor(); }
   // Drops saved tensors once backward has run (the graph is single-use).
-  void release() { backward_ = nullptr; }
+  void release() {
+    backward_ = nullptr;
+    claim_ = nullptr;
+  }
 
  private:
   std::string name_;
@@ -53,6 +64,7 @@ class Node {
   std::vector<Edge> next_edges_;
   std::vector<Shape> input_shapes_;
   BackwardFn backward_;
+  ClaimFn claim_;
 };
 
 // True when gradients are being recorded (see NoGradGuard).
@@ -76,8 +88,10 @@ bool any_requires_grad(const std::vector<Tensor>& inputs);
 // Connects `outputs` to a new node running `backward` for the operator `name`, when any of
 // `inputs` requires a gradient and grad mode is on; otherwise does nothing. Undefined
 // entries in `inputs` (optional arguments) get no edge and must receive an undefined grad.
+// `claim` (optional): where an output's gradient may be written (Node::claim_gradient).
 void record(const std::string& name, const std::vector<Tensor>& inputs,
-            const std::vector<Tensor*>& outputs, Node::BackwardFn backward);
+            const std::vector<Tensor*>& outputs, Node::BackwardFn backward,
+            Node::ClaimFn claim = nullptr);
 
 // Runs reverse mode from `roots` with the given output gradients, accumulating into the
 // `.grad` of every leaf that requires a gradient.

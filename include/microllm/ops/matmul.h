@@ -10,6 +10,11 @@
 namespace microllm::ops {
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// matmul's product, with its values, written into `out`: dense, of matmul's output shape and
+// a's dtype and device, separate from a and b; no autograd. On CUDA the GEMM writes out
+// directly; on the CPU so do F32/F64, while BF16/F16 are widened as in matmul and the
+// product rounded into out.
+void matmul_out(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, const Tensor& out);
 
 // y = x · weightᵀ + bias. x (..., in), weight (out, in) (Hugging Face orientation),
 // bias (out) or undefined; y (..., out).

@@ -4,6 +4,7 @@
 #include "microllm/ops/concat.h"
 
 #include "../common.h"
+#include "microllm/autograd/gradient_buffer.h"
 #include "microllm/autograd/node.h"
 
 namespace microllm::ops {
@@ -80,15 +81,38 @@ Tensor join(const std::vector<Tensor>& tensors, int64_t dim) {
       Tensor::from_storage(first.storage(), shape, first.strides(), first.offset(), first.dtype());
   std::vector<int64_t> sizes;
   for (const Tensor& t : tensors) sizes.push_back(t.shape()[dim]);
-  autograd::record("join", tensors, {&out}, [dim, sizes](const std::vector<Tensor>& g) {
-    std::vector<Tensor> grads;
-    int64_t start = 0;
-    for (int64_t size : sizes) {
-      grads.push_back(g[0].narrow(dim, start, size));
-      start += size;
-    }
-    return grads;
-  });
+  // The joined gradient may be written straight into the parts' gradient buffers when they
+  // lie side by side as the parts do: one view over them, claimed for all parts or none
+  // (autograd/gradient_buffer.h). The parts' handles are kept only for that.
+  autograd::Node::ClaimFn claim;
+  if (autograd::gradient_claims_enabled())
+    claim = [parts = tensors, dim, shape](int) {
+      std::vector<Tensor> buffers;  // each (shape of its part)
+      for (const Tensor& part : parts) {
+        if (!autograd::gradient_buffer_claimable(part)) return Tensor();
+        buffers.push_back(part.grad_buffer());
+      }
+      if (!side_by_side(buffers, dim)) return Tensor();
+      const Tensor& first = buffers[0];
+      // (shape) over the buffers; dense, so it is exactly their elements
+      Tensor joined = Tensor::from_storage(first.storage(), shape, first.strides(), first.offset(),
+                                           first.dtype());
+      if (!joined.is_contiguous()) return Tensor();
+      for (const Tensor& part : parts) autograd::claim_gradient_buffer(part);
+      return joined;
+    };
+  autograd::record(
+      "join", tensors, {&out},
+      [dim, sizes](const std::vector<Tensor>& g) {
+        std::vector<Tensor> grads;
+        int64_t start = 0;
+        for (int64_t size : sizes) {
+          grads.push_back(g[0].narrow(dim, start, size));
+          start += size;
+        }
+        return grads;
+      },
+      std::move(claim));
   return out;
 }
 

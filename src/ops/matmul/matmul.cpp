@@ -1,9 +1,11 @@
-// matmul / linear: validation, dispatch and backward; linear_out, the allocation-free linear
+// matmul / linear: validation, dispatch and backward; matmul_out, matmul into a given tensor
+// (linear's weight gradient into its claimed buffer); linear_out, the allocation-free linear
 // on the same GEMM and bias kernels; matmul_naive, the loop reference.
 #include "microllm/ops/matmul.h"
 
 #include "../common.h"
 #include "matmul_kernels.h"
+#include "microllm/autograd/gradient_buffer.h"
 #include "microllm/autograd/node.h"
 #include "microllm/ops/elementwise.h"
 #include "microllm/ops/gemm_mode.h"
@@ -44,33 +46,45 @@ MatmulShape matmul_shape(const char* op, const Tensor& a, const Tensor& b, bool 
 // (rows, cols) or (B, rows, cols) → (B or 1, rows, cols) view.
 Tensor as_batched(const Tensor& t) { return t.dim() == 3 ? t : t.unsqueeze(0); }
 
-// out (batch, M, N) = op(a)·op(b) (+ bias per column), no autograd, on a's device.
-Tensor gemm_forward(const MatmulShape& s, const Tensor& a, const Tensor& b, const Tensor& bias) {
+// out3 (batch, M, N), dense, of a's dtype and device = op(a)·op(b) (+ bias per column); no
+// autograd.
+void gemm_into(const MatmulShape& s, const Tensor& a, const Tensor& b, const Tensor& bias,
+               const Tensor& out3) {
   const GemmProblem& p = s.problem;
   // a3, b3: (batch or 1, rows, cols)
   const Tensor a3 = as_batched(a.detach()), b3 = as_batched(b.detach());
+  Tensor out = out3;  // a second handle (fill and copy_from are not const)
   if (a.is_cuda()) {
 #if MICROLLM_WITH_CUDA
-    Tensor out = Tensor::empty({p.batch, p.m, p.n}, a.dtype(), a.device());  // (batch, M, N)
     if (p.k == 0) {
       out.fill(0.0);
       if (bias.defined()) out.copy_from(ops::add(out, bias.detach()));
     } else if (out.numel() > 0) {
       gemm_cuda(p, a3, b3, bias.defined() ? bias.detach().contiguous() : Tensor(), out);
     }
-    return out;
+    return;
 #endif
   }
-  // CPU: BLAS in F32/F64 (BF16/F16 widened), then the bias row added.
+  // CPU: BLAS in F32/F64 (BF16/F16 widened, the product then rounded into out), then the
+  // bias row added.
   const Tensor aw = a3.to(detail::cpu_compute_dtype(a3.dtype()));  // (batch or 1, rows, cols)
   const Tensor bw = b3.to(aw.dtype());                             // (batch or 1, rows, cols)
-  Tensor out = Tensor::empty({p.batch, p.m, p.n}, aw.dtype());     // (batch, M, N)
+  // (batch, M, N) in the compute dtype: out itself when it has it
+  Tensor acc = out.dtype() == aw.dtype() ? out : Tensor::empty({p.batch, p.m, p.n}, aw.dtype());
   if (p.k == 0)
-    out.fill(0.0);
-  else if (out.numel() > 0)
-    gemm_cpu(p, aw, bw, out);
-  if (bias.defined()) add_bias_rows_cpu(out, bias.detach().to(aw.dtype()).contiguous());
-  return out.to(a.dtype());
+    acc.fill(0.0);
+  else if (acc.numel() > 0)
+    gemm_cpu(p, aw, bw, acc);
+  if (bias.defined()) add_bias_rows_cpu(acc, bias.detach().to(aw.dtype()).contiguous());
+  if (!acc.same(out)) out.copy_from(acc);
+}
+
+// The product in a new (batch, M, N) tensor (see gemm_into).
+Tensor gemm_forward(const MatmulShape& s, const Tensor& a, const Tensor& b, const Tensor& bias) {
+  const GemmProblem& p = s.problem;
+  Tensor out = Tensor::empty({p.batch, p.m, p.n}, a.dtype(), a.device());  // (batch, M, N)
+  gemm_into(s, a, b, bias, out);
+  return out;
 }
 
 void check_linear_args(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
@@ -111,6 +125,21 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   return out;
 }
 
+void matmul_out(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, const Tensor& out) {
+  const char* op = "matmul_out";
+  const MatmulShape s = matmul_shape(op, a, b, trans_a, trans_b);
+  detail::check_out_tensor(op, out, "out", a, "a");
+  MICROLLM_CHECK(out.shape() == s.out_shape, op, "'out' ", out.describe(), " must have shape ",
+                 shape_str(s.out_shape));
+  detail::check_apart(op, out, "out", a, "a");
+  detail::check_apart(op, out, "out", b, "b");
+  const GemmProblem& p = s.problem;
+  // (batch, M, N) view of out's memory
+  gemm_into(s, a, b, Tensor(),
+            Tensor::from_storage(out.storage(), {p.batch, p.m, p.n}, {p.m * p.n, p.n, 1},
+                                 out.offset(), out.dtype()));
+}
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_linear_args("linear", x, weight, bias);
   Shape out_shape = x.shape();
@@ -119,13 +148,21 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const MatmulShape s = matmul_shape("linear", x2, weight, false, true);
   // One GEMM with the bias in its epilogue (cuBLASLt) or added right after (CPU).
   Tensor out = gemm_forward(s, x2, weight, bias).reshape(out_shape);  // (..., out)
+  // The weight's handle (not detached) is kept only to claim its gradient buffer.
+  const Tensor claim_from = autograd::gradient_claims_enabled() ? weight : Tensor();
   autograd::record("linear", {x, weight, bias}, {&out},
-                   [x2, w = weight.detach(), x_shape = x.shape(),
+                   [x2, w = weight.detach(), claim_from, x_shape = x.shape(),
                     has_bias = bias.defined()](const std::vector<Tensor>& g) {
                      const Tensor dy = g[0].reshape({-1, w.size(0)});           // (N, out)
                      Tensor dx = matmul(dy, w, false, false).reshape(x_shape);  // (..., in)
-                     Tensor dw = matmul(dy, x2, true, false);                   // (out, in)
-                     Tensor db = has_bias ? sum(dy, 0, false) : Tensor();       // (out)
+                     // dW straight into the weight's gradient buffer where it can be claimed
+                     // (autograd/gradient_buffer.h); the same values either way.
+                     Tensor dw = autograd::claim_gradient_buffer(claim_from);  // (out, in)
+                     if (dw.defined())
+                       matmul_out(dy, x2, true, false, dw);
+                     else
+                       dw = matmul(dy, x2, true, false);
+                     Tensor db = has_bias ? sum(dy, 0, false) : Tensor();  // (out)
                      return std::vector<Tensor>{dx, dw, db};
                    });
   return out;

@@ -9,7 +9,6 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "microllm/cuda/runtime.h"
 #include "microllm/ops/ops.h"
 #include "ops/attention/attention_kernels.h"
+#include "support/scoped_env.h"
 
 using namespace microllm;
 using microllm::testing::bit_equal;
@@ -78,26 +78,10 @@ Forward run(const WgmmaCase& c, const Tensor& q, const Tensor& k, const Tensor& 
   return f;
 }
 
-// Sets MICROLLM_FLASH_WGMMA for its lifetime, then restores what the environment had.
-class WgmmaSwitch {
- public:
-  explicit WgmmaSwitch(bool on) {
-    if (const char* old = std::getenv(kName)) previous_ = old;
-    setenv(kName, on ? "1" : "0", 1);
-  }
-  ~WgmmaSwitch() {
-    if (previous_)
-      setenv(kName, previous_->c_str(), 1);
-    else
-      unsetenv(kName);
-  }
-  WgmmaSwitch(const WgmmaSwitch&) = delete;
-  WgmmaSwitch& operator=(const WgmmaSwitch&) = delete;
-
- private:
-  static constexpr const char* kName = "MICROLLM_FLASH_WGMMA";
-  std::optional<std::string> previous_;
-};
+// MICROLLM_FLASH_WGMMA on or off for its lifetime.
+microllm::testing::ScopedEnv wgmma_switch(bool on) {
+  return microllm::testing::ScopedEnv("MICROLLM_FLASH_WGMMA", on ? "1" : "0");
+}
 
 ops::AttentionOptions flash(bool causal) {
   ops::AttentionOptions o;
@@ -111,7 +95,7 @@ struct Gradients {
   Tensor out, dq, dk, dv;
 };
 Gradients run_with_gradients(const WgmmaCase& c, bool wgmma) {
-  const WgmmaSwitch use(wgmma);
+  const auto use = wgmma_switch(wgmma);
   const auto device_leaf = [](const Shape& shape, uint64_t seed) {
     Tensor t = device_bf16(shape, seed);
     t.set_requires_grad(true);
@@ -200,7 +184,7 @@ TEST(CudaFlashWgmma, AppliesOnlyWhereItComputesTheContract) {
 // mma.sync backward.
 TEST(CudaFlashWgmma, GradientsMatchTheCpuReference) {
   REQUIRE_HOPPER();
-  const WgmmaSwitch use(true);
+  const auto use = wgmma_switch(true);
   const std::vector<WgmmaCase> cases = {
       {1, 2, 2, 1, 1, 64, true},     {2, 4, 2, 63, 63, 64, true},    {1, 14, 2, 130, 130, 64, true},
       {1, 8, 1, 257, 257, 64, true}, {2, 7, 1, 64, 200, 64, false},  {1, 4, 1, 33, 200, 64, true},

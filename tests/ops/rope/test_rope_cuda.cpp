@@ -15,6 +15,7 @@
 #include "microllm/ops/ops.h"
 #include "ops/op_test_util.h"
 #include "ops/rope/rope_kernels.h"
+#include "support/scoped_env.h"
 
 using namespace microllm;
 using microllm::testing::cuda_matches_cpu;
@@ -140,9 +141,7 @@ TEST(CudaRope, SmallCaseByTheFormula) {
 TEST(CudaRope, RunsOfFourPairsGiveThePerPairBits) {
   MICROLLM_REQUIRE_CUDA();
   const Device gpu = Device::cuda(0);
-  const char* saved = std::getenv("MICROLLM_ROPE_RUNS");
-  const std::string before = saved != nullptr ? saved : "";
-  setenv("MICROLLM_ROPE_RUNS", "1", 1);
+  const microllm::testing::ScopedEnv runs("MICROLLM_ROPE_RUNS", "1");
   for (DType dtype : kAllDtypes)
     for (const Shape& shape : {Shape{2, 3, 5, 64}, Shape{1, 2, 7, 128}}) {
       const int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
@@ -163,8 +162,4 @@ TEST(CudaRope, RunsOfFourPairsGiveThePerPairBits) {
         EXPECT_TRUE(same_bits(in_place, want)) << dtype << " in place " << inverse;
       }
     }
-  if (saved != nullptr)
-    setenv("MICROLLM_ROPE_RUNS", before.c_str(), 1);
-  else
-    unsetenv("MICROLLM_ROPE_RUNS");
 }
