@@ -48,9 +48,9 @@ class Node {
   const std::vector<Edge>& next_edges() const { return next_edges_; }
   const std::vector<Shape>& input_shapes() const { return input_shapes_; }
   virtual std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs);
-  // Memory the gradient of output `output_nr` may be written into, claimed for this pass,
-  // or undefined: the ClaimFn given at recording (none: undefined); leaves' accumulators
-  // hand out their gradient buffer.
+  // Memory the gradient of output `output_nr` may be written into, claimed for this pass by
+  // the ClaimFn given at recording, or undefined (no ClaimFn, or nothing to claim). Leaves'
+  // buffers are claimed by autograd::claim_gradient_buffer itself.
   virtual Tensor claim_gradient(int output_nr) { return claim_ ? claim_(output_nr) : Tensor(); }
   // Drops saved tensors once backward has run (the graph is single-use).
   void release() {
