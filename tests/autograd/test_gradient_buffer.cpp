@@ -99,8 +99,8 @@ void expect_same_bits_through_claims(const std::string& what, const Graph& graph
     const Run plain = run(graph, shapes, layout, dtype, false, passes, zero_between);
     const Run through = run(graph, shapes, layout, dtype, true, passes, zero_between);
     for (size_t i = 0; i < shapes.size(); ++i) {
-      EXPECT_TRUE(same_bits(through.grads[i], plain.grads[i])) << what << " " << dtype << " leaf "
-                                                               << i;
+      EXPECT_TRUE(same_bits(through.grads[i], plain.grads[i]))
+          << what << " " << dtype << " leaf " << i;
       EXPECT_FALSE(plain.claimed[i]) << what << " " << dtype << " leaf " << i;
       EXPECT_EQ(through.claimed[i], want_claimed[i]) << what << " " << dtype << " leaf " << i;
     }
@@ -151,8 +151,8 @@ TEST(GradientBuffer, ClaimRules) {
 
 TEST(GradientBuffer, JoinOfNeighbouringBuffersClaimsOneViewOverThem) {
   const ScopedEnv on(kSwitch, "1");
-  std::vector<Tensor> parts = leaves_with_buffers({{2, 5}, {3, 5}, {4, 5}}, {0, 1, 2}, DType::F32,
-                                                  7);
+  std::vector<Tensor> parts =
+      leaves_with_buffers({{2, 5}, {3, 5}, {4, 5}}, {0, 1, 2}, DType::F32, 7);
   const Tensor joined = ops::join(parts, 0);  // (9, 5)
   const Tensor view = autograd::claim_gradient_buffer(joined);
   ASSERT_TRUE(view.defined());

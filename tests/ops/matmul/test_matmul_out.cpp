@@ -37,9 +37,9 @@ TEST(MatmulOut, GivesTheBitsOfMatmul) {
   struct Case {
     int64_t batch_a, batch_b, m, k, n;
   };
-  const Case cases[] = {{0, 0, 3, 5, 7},   {0, 0, 17, 33, 65}, {0, 0, 1, 64, 1},
-                        {0, 0, 64, 7, 1},  {4, 4, 5, 6, 3},    {3, 0, 9, 4, 8},
-                        {0, 2, 7, 3, 11},  {0, 0, 3, 0, 4},    {2, 2, 2, 0, 5}};
+  const Case cases[] = {{0, 0, 3, 5, 7},  {0, 0, 17, 33, 65}, {0, 0, 1, 64, 1},
+                        {0, 0, 64, 7, 1}, {4, 4, 5, 6, 3},    {3, 0, 9, 4, 8},
+                        {0, 2, 7, 3, 11}, {0, 0, 3, 0, 4},    {2, 2, 2, 0, 5}};
   uint64_t seed = 1;
   for (DType dtype : {DType::F32, DType::F64, DType::BF16})
     for (const Case& c : cases)
@@ -69,8 +69,8 @@ TEST(BadInput, MatmulOut) {
   const Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({3, 4});
   EXPECT_ERROR(ops::matmul_out(a, b, false, false, Tensor::zeros({2, 5})), "matmul_out",
                {"f32(2, 5)", "(2, 4)"});
-  EXPECT_ERROR(ops::matmul_out(a, b, false, false, Tensor::zeros({2, 4}, DType::F64)),
-               "matmul_out", {"f64(2, 4)", "dtype"});
+  EXPECT_ERROR(ops::matmul_out(a, b, false, false, Tensor::zeros({2, 4}, DType::F64)), "matmul_out",
+               {"f64(2, 4)", "dtype"});
   EXPECT_ERROR(ops::matmul_out(a, b, false, false, Tensor::zeros({4, 2}).transpose(0, 1)),
                "matmul_out", {"dense"});
   EXPECT_ERROR(ops::matmul_out(a, Tensor::zeros({4, 3}), false, false, Tensor::zeros({2, 3})),
