@@ -6,7 +6,7 @@
 
 namespace microllm::autograd {
 
-bool gradient_claims_enabled() { return switch_on("MICROLLM_GRAD_INTO_BUFFER"); }
+bool gradient_claims_enabled() { return !switch_off("MICROLLM_GRAD_INTO_BUFFER"); }
 
 bool gradient_buffer_claimable(const Tensor& t) {
   if (!t.defined() || !t.is_leaf() || !t.requires_grad() || !gradient_claims_enabled())

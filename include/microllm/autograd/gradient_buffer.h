@@ -1,5 +1,5 @@
-// Gradients written straight into their leaves' gradient buffers (MICROLLM_GRAD_INTO_BUFFER=1;
-// off by default until a device measurement makes it the default).
+// Gradients written straight into their leaves' gradient buffers (the default;
+// MICROLLM_GRAD_INTO_BUFFER=0 copies every first gradient instead, the reference form).
 //
 // A leaf with a gradient buffer (Tensor::set_grad_buffer: a view into a flat gradient
 // buffer) receives its first gradient of a pass by a copy into the buffer. A backward
@@ -20,7 +20,7 @@
 
 namespace microllm::autograd {
 
-// Whether MICROLLM_GRAD_INTO_BUFFER is "1" (read at each call).
+// Whether claims are on: unless MICROLLM_GRAD_INTO_BUFFER is "0" (read at each call).
 bool gradient_claims_enabled();
 
 // Whether `t` is a leaf whose gradient buffer can be claimed now (the rules above).

@@ -335,17 +335,28 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
     rows_times_rows<D, kQ>(p, k_tile, q_tile, warp, lane);
     float ds[kQ / 8][4] = {};  // (dO·Vᵀ)ᵀ = V·dOᵀ, then dSᵀ
     rows_times_rows<D, kQ>(ds, v_tile, do_tile, warp, lane);
-    const bool masked = tile_needs_mask(s, block_first_query[stage], j0);
+    // The same arithmetic in both branches; only tiles that need the mask test each pair.
+    if (tile_needs_mask(s, block_first_query[stage], j0)) {
 #pragma unroll
-    for (int nt = 0; nt < kQ / 8; ++nt)
+      for (int nt = 0; nt < kQ / 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e / 2, n = nt * 8 + 2 * c + (e & 1);
-        const bool seen = !masked || (real_key[i] && real_query[stage][n] &&
-                                      visible(s, query_pos[stage][n], key_pos[i]));
-        p[nt][e] = seen ? exp2f(p[nt][e] * s.scale_log2 - lse[stage][n]) : 0.0f;
-        ds[nt][e] = p[nt][e] * (ds[nt][e] - delta[stage][n]);
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int i = e / 2, n = nt * 8 + 2 * c + (e & 1);
+          const bool seen = real_key[i] && real_query[stage][n] &&
+                            visible(s, query_pos[stage][n], key_pos[i]);
+          p[nt][e] = seen ? exp2f(p[nt][e] * s.scale_log2 - lse[stage][n]) : 0.0f;
+          ds[nt][e] = p[nt][e] * (ds[nt][e] - delta[stage][n]);
+        }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kQ / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int n = nt * 8 + 2 * c + (e & 1);
+          p[nt][e] = exp2f(p[nt][e] * s.scale_log2 - lse[stage][n]);
+          ds[nt][e] = p[nt][e] * (ds[nt][e] - delta[stage][n]);
+        }
+    }
     weights_times_rows<D, kQ>(dv, p, do_tile, lane);
     weights_times_rows<D, kQ>(dk, ds, q_tile, lane);
     if constexpr (kWriteScratch) {  // dSᵀ rows of this warp's keys, queries q0.. of the step's head

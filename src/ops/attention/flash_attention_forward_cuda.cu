@@ -98,17 +98,28 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(ForwardArgs<T> 
     const bool masked = tile_needs_mask(s, t0, j0);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
+      // The same rounded product either way (__fmul_rn: never contracted into the FMA of
+      // the exponent below); only tiles that need the mask test each pair.
+      if (masked) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int e = 2 * i; e < 2 * i + 2; ++e) {
+            const int j = nt * 8 + 2 * c + (e & 1);
+            const bool seen = j0 + j < s.S && visible(s, query_pos[i], key_pos[stage][j]);
+            sc[nt][e] = seen ? __fmul_rn(sc[nt][e], s.scale_log2) : -INFINITY;
+          }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int e = 2 * i; e < 2 * i + 2; ++e) sc[nt][e] = __fmul_rn(sc[nt][e], s.scale_log2);
+      }
       float tile_max = -INFINITY;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-        for (int e = 2 * i; e < 2 * i + 2; ++e) {
-          const int j = nt * 8 + 2 * c + (e & 1);
-          const bool seen =
-              !masked || (j0 + j < s.S && visible(s, query_pos[i], key_pos[stage][j]));
-          sc[nt][e] = seen ? sc[nt][e] * s.scale_log2 : -INFINITY;
-          tile_max = fmaxf(tile_max, sc[nt][e]);
-        }
+        for (int e = 2 * i; e < 2 * i + 2; ++e) tile_max = fmaxf(tile_max, sc[nt][e]);
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
       const float new_max = fmaxf(row_max[i], tile_max);

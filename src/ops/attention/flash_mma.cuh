@@ -174,14 +174,23 @@ __device__ __forceinline__ void fragment_times_rows(float (&acc)[D / 8][4], cons
 
 // Starts the copy of rows [row0, row0 + kRows) of a dense (rows, D) matrix into a shared
 // tile; rows at or past `rows` become zeros. Called by all kThreads threads; commits nothing.
+// Each thread copies the same kPerThread 16-byte pieces of every tile (fixed trip count,
+// unrolled), with 32-bit offsets from the tile's first row and one 64-bit test per tile.
 template <class T, int D, int kRows = kTileRows>
 __device__ __forceinline__ void load_tile_async(T* tile, const T* matrix, int64_t row0,
                                                 int64_t rows) {
   constexpr int kVectorsPerRow = D * static_cast<int>(sizeof(T)) / 16;
-  for (int i = threadIdx.x; i < kRows * kVectorsPerRow; i += kThreads) {
+  constexpr int kPerThread = kRows * kVectorsPerRow / kThreads;
+  static_assert(kRows * kVectorsPerRow % kThreads == 0, "whole vectors per thread");
+  const int64_t left = rows - row0;  // rows of the tile inside the matrix, clamped below
+  const int valid_rows = left >= kRows ? kRows : (left > 0 ? static_cast<int>(left) : 0);
+  const T* first = matrix + row0 * D;
+#pragma unroll
+  for (int n = 0; n < kPerThread; ++n) {
+    const int i = threadIdx.x + n * kThreads;
     const int r = i / kVectorsPerRow, v = i % kVectorsPerRow;
-    const bool valid = row0 + r < rows;
-    const T* source = valid ? matrix + (row0 + r) * D + v * (16 / sizeof(T)) : matrix;
+    const bool valid = r < valid_rows;
+    const T* source = valid ? first + r * D + v * (16 / sizeof(T)) : matrix;
     copy16_async(tile + r * kStride<D> + v * (16 / sizeof(T)), source, valid);
   }
 }
