@@ -137,14 +137,4 @@ void allow_shared_bytes(size_t bytes) {
   CUDA_CHECK(result);
 }
 
-// Asks for the largest shared-memory carveout for `kernel` (once per kernel), so that as many
-// blocks as its registers allow are resident when their shared memory needs more than the
-// carveout the driver would pick.
-template <auto kernel>
-void prefer_max_shared() {
-  static const cudaError_t result = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-  CUDA_CHECK(result);
-}
-
 }  // namespace microllm::ops::flash

@@ -451,11 +451,9 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
       if constexpr (kHasWgmma) launch_dkdv_wgmma(args, stream);
     } else if (args.ds != nullptr) {
       allow_shared_bytes<flash_dkdv_kernel<T, D, true>>(bytes);
-      prefer_max_shared<flash_dkdv_kernel<T, D, true>>();
       flash_dkdv_kernel<T, D, true><<<grid, kThreads, bytes, stream>>>(args);
     } else {
       allow_shared_bytes<flash_dkdv_kernel<T, D, false>>(bytes);
-      prefer_max_shared<flash_dkdv_kernel<T, D, false>>();
       flash_dkdv_kernel<T, D, false><<<grid, kThreads, bytes, stream>>>(args);
     }
     CUDA_CHECK_LAUNCH("flash_dkdv_kernel");
