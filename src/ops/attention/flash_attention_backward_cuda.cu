@@ -233,15 +233,8 @@ constexpr size_t dkdv_shared_bytes() {
   return (2 * kTileElements<D> + 4 * kTileElements<D, kBackwardQueries<D>>)*sizeof(T);
 }
 
-// Resident blocks an SM the registers are fitted to: at D 64, three (168 registers, a few
-// bytes spilled) instead of the two that 218 registers allow; at D 128 three would spill
-// hundreds of bytes.
-template <int D>
-constexpr int kDkdvBlocksPerSm = D == 64 ? 3 : 1;
-
 template <class T, int D, bool kWriteScratch>
-__global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<D>)
-    flash_dkdv_kernel(BackwardArgs<T> a) {
+__global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a) {
   constexpr int kQ = kBackwardQueries<D>;
   extern __shared__ __align__(16) unsigned char shared[];
   T* k_tile = reinterpret_cast<T*>(shared);  // (64, D + 8)
