@@ -31,7 +31,16 @@ class AccumulateGrad final : public Node {
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf)
       : Node("AccumulateGrad", 1, {}, {}, nullptr), leaf_(std::move(leaf)) {}
 
+  // Called by the engine with the gradient summed for the leaf so far in this pass, or
+  // undefined at the start of a pass: marks whether that sum lives in the leaf's buffer.
+  void set_pending(const Tensor& sum) {
+    AutogradMeta& meta = leaf_->autograd;
+    meta.grad_buffer_pending =
+        sum.defined() && meta.grad_buffer.defined() && same_memory(sum, meta.grad_buffer);
+  }
+
   std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override {
+    leaf_->autograd.grad_buffer_pending = false;
     const Tensor& incoming = grad_outputs[0];
     if (!incoming.defined()) return {};
     Tensor& grad = leaf_->autograd.grad;
@@ -152,6 +161,8 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     if (slots.empty()) slots.resize(static_cast<size_t>(edge.node->num_outputs()));
     Tensor& slot = slots[static_cast<size_t>(edge.input_nr)];
     slot = slot.defined() ? ops::add(slot, grad) : grad;
+    if (auto* accumulator = dynamic_cast<AccumulateGrad*>(edge.node.get()))
+      accumulator->set_pending(slot);
   };
 
   // 1. Count the edges into every reachable node.
@@ -170,6 +181,8 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   while (!stack.empty()) {
     Node* node = stack.back();
     stack.pop_back();
+    // A pass starts with no leaf's gradient pending in its buffer.
+    if (auto* accumulator = dynamic_cast<AccumulateGrad*>(node)) accumulator->set_pending(Tensor());
     for (const Edge& next : node->next_edges()) {
       if (!next.valid()) continue;
       auto [it, inserted] = dependencies.emplace(next.node.get(), 0);

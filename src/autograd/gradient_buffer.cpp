@@ -8,6 +8,15 @@ namespace microllm::autograd {
 
 bool gradient_claims_enabled() { return !switch_off("MICROLLM_GRAD_INTO_BUFFER"); }
 
+bool gradient_adds_enabled() { return switch_on("MICROLLM_ADD_INTO_BUFFER"); }
+
+Tensor pending_gradient_buffer(const Tensor& t) {
+  if (!t.defined() || !t.is_leaf() || !t.requires_grad() || !gradient_adds_enabled())
+    return Tensor();
+  const AutogradMeta& meta = t.impl()->autograd;
+  return meta.grad_buffer_pending && !meta.grad.defined() ? meta.grad_buffer : Tensor();
+}
+
 bool gradient_buffer_claimable(const Tensor& t) {
   if (!t.defined() || !t.is_leaf() || !t.requires_grad() || !gradient_claims_enabled())
     return false;

@@ -283,11 +283,13 @@ void Tensor::set_grad(const Tensor& grad) {
                  grad.describe(), " does not match tensor ", describe());
   impl_->autograd.grad = grad;
   impl_->autograd.grad_buffer_claimed = false;
+  impl_->autograd.grad_buffer_pending = false;
 }
 void Tensor::zero_grad() {
   check_defined("Tensor::zero_grad");
   impl_->autograd.grad = Tensor();
   impl_->autograd.grad_buffer_claimed = false;
+  impl_->autograd.grad_buffer_pending = false;
 }
 void Tensor::set_grad_buffer(const Tensor& buffer) {
   check_defined("Tensor::set_grad_buffer");
@@ -297,6 +299,7 @@ void Tensor::set_grad_buffer(const Tensor& buffer) {
                  " does not match tensor ", describe(), " (shape, dtype and device must agree)");
   impl_->autograd.grad_buffer = buffer;
   impl_->autograd.grad_buffer_claimed = false;
+  impl_->autograd.grad_buffer_pending = false;
 }
 Tensor Tensor::grad_buffer() const {
   check_defined("Tensor::grad_buffer");

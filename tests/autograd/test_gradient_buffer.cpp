@@ -2,7 +2,8 @@
 // MICROLLM_GRAD_INTO_BUFFER=1): the claim rules, and that linear's weight gradient written
 // through claims (alone, through a join of neighbouring buffers, with a second producer, a
 // tied embedding, accumulated passes) has the bits of the same graph without claims, in F64,
-// F32 and BF16.
+// F32 and BF16; and the pending buffer a later producer may add into
+// (MICROLLM_ADD_INTO_BUFFER=1): when it is handed out, and the tied embedding's sums through it.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -213,4 +214,81 @@ TEST(GradientBuffer, LinearThroughClaimsGivesTheSameBits) {
     return weighted_sum(ops::linear(h, p[0]), 64);               // logits (5, V)
   };
   expect_same_bits_through_claims("tied", tied, {{10, 6}, {6}}, {0, 1}, {true, false});
+}
+
+namespace {
+
+constexpr const char* kAddSwitch = "MICROLLM_ADD_INTO_BUFFER";
+
+// The tied pattern with an observer in the embedding's place: h = w[ids] through a node
+// whose backward records what pending_gradient_buffer(w) hands out, then logits = h · wᵀ.
+// Backward runs the head's product first (it claims w's buffer), then the observer.
+struct Observed {
+  bool defined = false;
+  bool is_buffer = false;
+};
+Observed observe_pending(Tensor w, bool zero_first) {
+  if (zero_first) w.zero_grad();
+  Observed seen;
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>{1, 4, 1}, {3}, DType::I64);
+  const Tensor looked_up = ops::embedding(w.detach(), ids);  // (3, C), no graph of its own
+  Tensor h = looked_up.clone();                              // (3, C)
+  autograd::record("observer", {w}, {&h}, [w, &seen](const std::vector<Tensor>&) {
+    const Tensor pending = autograd::pending_gradient_buffer(w);
+    seen.defined = pending.defined();
+    seen.is_buffer = pending.defined() && pending.same(w.grad_buffer());
+    return std::vector<Tensor>{Tensor()};
+  });
+  weighted_sum(ops::linear(h, w), 70).backward();
+  return seen;
+}
+
+}  // namespace
+
+TEST(GradientBuffer, PendingBufferIsHandedOutOnlyWhileTheClaimedSumWaits) {
+  const ScopedEnv claims(kSwitch, "1");
+  Tensor w = randn_tensor({6, 4}, 2, DType::F32);  // (V, C)
+  w.set_requires_grad(true);
+  w.set_grad_buffer(Tensor::empty({6, 4}));
+  {
+    const ScopedEnv adds(kAddSwitch, "1");
+    const Observed first = observe_pending(w, true);
+    EXPECT_TRUE(first.defined);
+    EXPECT_TRUE(first.is_buffer);
+    // After the pass the gradient is accumulated: nothing is pending any more.
+    EXPECT_FALSE(autograd::pending_gradient_buffer(w).defined());
+    // A second pass without zero_grad: the head cannot claim (a gradient is there), so the
+    // sum so far is a new tensor and nothing is handed out.
+    EXPECT_FALSE(observe_pending(w, false).defined);
+    // Claims off: the head allocates; nothing is handed out.
+    const ScopedEnv no_claims(kSwitch, "0");
+    EXPECT_FALSE(observe_pending(w, true).defined);
+  }
+  {  // Adds off (the default): nothing is handed out, claimed or not.
+    const ScopedEnv no_adds(kAddSwitch, "0");
+    EXPECT_FALSE(observe_pending(w, true).defined);
+  }
+  // A non-leaf, or a leaf without a buffer, never has a pending buffer.
+  const ScopedEnv adds(kAddSwitch, "1");
+  EXPECT_FALSE(autograd::pending_gradient_buffer(ops::mul(w, w)).defined());
+  Tensor bare = randn_tensor({6, 4}, 3, DType::F32);
+  bare.set_requires_grad(true);
+  EXPECT_FALSE(observe_pending(bare, true).defined);
+}
+
+TEST(GradientBuffer, TiedEmbeddingAddsIntoThePendingBufferWithTheSameBits) {
+  // Ids repeat and leave vocabulary rows unnamed; two passes, zeroed and accumulated.
+  const Graph tied = [](const std::vector<Tensor>& p, int pass) {
+    const Tensor ids =
+        Tensor::from_vector(std::vector<int64_t>{3, 0, 7, 3, 9, 3, 0}, {7}, DType::I64);
+    const Tensor h = ops::mul(ops::embedding(p[0], ids), p[1]);  // (7, C)
+    return weighted_sum(ops::linear(h, p[0]), 80 + pass);        // logits (7, V)
+  };
+  for (const char* adds : {"0", "1"}) {
+    const ScopedEnv env(kAddSwitch, adds);
+    expect_same_bits_through_claims(std::string("tied, adds ") + adds, tied, {{10, 6}, {6}}, {0, 1},
+                                    {true, false});
+    expect_same_bits_through_claims(std::string("tied accumulated, adds ") + adds, tied,
+                                    {{10, 6}, {6}}, {0, 1}, {true, false}, 2, false);
+  }
 }

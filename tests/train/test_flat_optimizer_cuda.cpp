@@ -117,3 +117,41 @@ TEST(CudaFlatOptimizer, ClaimedGradientBuffersSaveTheCopiesWithTheSameBits) {
       << "copies without claims " << copies[0] << ", with " << copies[1];
   for (const auto& [name, g] : grads[0]) EXPECT_TRUE(bit_equal(grads[1].at(name), g)) << name;
 }
+
+TEST(CudaFlatOptimizer, TiedEmbeddingAddsIntoThePendingBufferWithTheSameValues) {
+  // MICROLLM_ADD_INTO_BUFFER=1: the tied embedding's lookup adds the rows its ids name into
+  // the LM head's claimed gradient (embedding_backward_add_cuda) instead of handing the
+  // engine a dense (V, C) gradient whose sum is then copied back: one device-to-device copy
+  // fewer, and every gradient equal in value (an unnamed row of the embedding may keep a −0
+  // that the engine's 0 + (−0) would have made +0, so values are compared, not bits).
+  MICROLLM_REQUIRE_CUDA();
+  const Device gpu = Device::cuda(0);
+  std::map<std::string, Tensor> grads[2];  // [adds off, on]
+  int64_t copies[2] = {0, 0};
+  for (int adds : {0, 1}) {
+    const microllm::testing::ScopedEnv claims("MICROLLM_GRAD_INTO_BUFFER", "1");
+    const microllm::testing::ScopedEnv env("MICROLLM_ADD_INTO_BUFFER", adds ? "1" : "0");
+    const model::ModelWeights weights =
+        model::ModelWeights::random(small_config(), gpu, DType::BF16, 9);
+    const model::Transformer model = model::Transformer::from_weights(weights);
+    for (const auto& [name, p] : model.parameters()) Tensor(p).set_requires_grad(true);
+    train::AdamWOptions options;
+    options.fused = true;
+    train::AdamW adamw(train::optimizer_params(model.parameters()), options, weights.flat());
+    const Tensor ids = random_ids(3, gpu);                                             // (4, 64)
+    const Tensor loss = model::Transformer::next_token_loss(model.forward(ids), ids);  // ()
+    cuda::reset_transfer_stats();
+    loss.backward();
+    copies[adds] = cuda::transfer_stats().d2d_calls;
+    for (const auto& [name, p] : model.parameters()) grads[adds][name] = p.grad().clone();
+  }
+  EXPECT_EQ(copies[0] - copies[1], 1)
+      << "copies without adds " << copies[0] << ", with " << copies[1];
+  for (const auto& [name, g] : grads[0]) {
+    const std::vector<float> a = grads[1].at(name).to_vector_f32(), b = g.to_vector_f32();
+    ASSERT_EQ(a.size(), b.size()) << name;
+    int64_t differ = 0;
+    for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];  // −0 == +0
+    EXPECT_EQ(differ, 0) << name;
+  }
+}

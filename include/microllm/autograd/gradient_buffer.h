@@ -14,6 +14,15 @@
 // leaf's gradient allocates, and the engine's sum is copied into the buffer as before. A
 // non-leaf hands out what its producing node claims for it (Node::claim_gradient): `join`
 // claims one view over leaves whose buffers lie side by side as the leaves do, all or none.
+//
+// Adding into a pending buffer (MICROLLM_ADD_INTO_BUFFER=1, off by default): when the
+// gradient summed for a leaf so far in a pass is its buffer (a claimed buffer the engine has
+// received and not yet accumulated), a later producer may add its contribution into that
+// buffer in place and return no gradient for the leaf, instead of handing the engine a dense
+// gradient to sum into a new tensor that the accumulator then copies back. The tied
+// embedding does this (ops::embedding): its lookup adds only the rows its ids name into the
+// LM head's gradient. The sum is the engine's, element for element, except that an
+// untouched element keeps its sign of zero where the engine's 0 + (−0) would give +0.
 #pragma once
 
 #include "microllm/core/tensor.h"
@@ -22,6 +31,16 @@ namespace microllm::autograd {
 
 // Whether claims are on: unless MICROLLM_GRAD_INTO_BUFFER is "0" (read at each call).
 bool gradient_claims_enabled();
+
+// Whether MICROLLM_ADD_INTO_BUFFER is "1" (read at each call).
+bool gradient_adds_enabled();
+
+// The gradient buffer of leaf `t` when this pass's gradient for `t` so far is that buffer and
+// is still pending at the leaf's accumulator, and adds are on; undefined otherwise (a
+// non-leaf, no buffer, nothing received yet, or a gradient received in other memory). The
+// caller adds its whole contribution into it in place and returns an undefined gradient for
+// `t`.
+Tensor pending_gradient_buffer(const Tensor& t);
 
 // Whether `t` is a leaf whose gradient buffer can be claimed now (the rules above).
 bool gradient_buffer_claimable(const Tensor& t);

@@ -152,6 +152,8 @@ struct AutogradMeta {
   Tensor grad_buffer;                         // where grad is kept, or undefined (leaves)
   bool grad_buffer_claimed = false;           // claimed by a backward function since zero_grad
                                               // (autograd/gradient_buffer.h)
+  bool grad_buffer_pending = false;           // this pass's gradient so far is in grad_buffer,
+                                              // not yet accumulated (gradient_buffer.h)
   std::shared_ptr<autograd::Node> grad_fn;    // producer (non-leaves)
   int output_nr = 0;                          // which output of grad_fn this tensor is
   std::weak_ptr<autograd::Node> accumulator;  // the leaf's AccumulateGrad node, made lazily

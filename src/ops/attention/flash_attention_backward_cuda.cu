@@ -342,8 +342,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int i = e / 2, n = nt * 8 + 2 * c + (e & 1);
-          const bool seen = real_key[i] && real_query[stage][n] &&
-                            visible(s, query_pos[stage][n], key_pos[i]);
+          const bool seen =
+              real_key[i] && real_query[stage][n] && visible(s, query_pos[stage][n], key_pos[i]);
           p[nt][e] = seen ? exp2f(p[nt][e] * s.scale_log2 - lse[stage][n]) : 0.0f;
           ds[nt][e] = p[nt][e] * (ds[nt][e] - delta[stage][n]);
         }

@@ -4,7 +4,9 @@
 
 #include "../common.h"
 #include "embedding_kernels.h"
+#include "microllm/autograd/gradient_buffer.h"
 #include "microllm/autograd/node.h"
+#include "microllm/ops/elementwise.h"
 
 namespace microllm::ops {
 
@@ -42,14 +44,31 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   Tensor out = Tensor::empty(out_shape, weight.dtype(), device);  // (..., C)
   MICROLLM_KERNEL(device, embedding_forward, wc, idc, out);
 
+  // The weight's handle (not detached) is kept only to add into its pending gradient buffer.
+  const Tensor add_to = autograd::gradient_adds_enabled() ? weight : Tensor();
   autograd::record("embedding", {weight, ids}, {&out},
-                   [idc, V, C, dtype = weight.dtype()](const std::vector<Tensor>& g) {
+                   [idc, V, C, dtype = weight.dtype(), add_to](const std::vector<Tensor>& g) {
                      // Accumulate in F32 (F64 for F64 weights), then store in the weight's dtype.
                      const DType acc = detail::stat_dtype(dtype);
                      const Tensor dy = g[0].is_cuda() ? g[0].contiguous()
                                                       : g[0].to(acc).contiguous();  // (..., C)
-                     Tensor dw = Tensor::zeros({V, C}, acc, dy.device());           // (V, C)
+                     // Where the weight's gradient so far waits in its buffer (a tied LM head wrote
+                     // it there), this lookup's rows are added into it and no gradient is returned
+                     // (autograd/gradient_buffer.h).
+                     Tensor into =
+                         autograd::pending_gradient_buffer(add_to);  // (V, C) or undefined
+#if MICROLLM_WITH_CUDA
+                     if (into.defined() && dy.is_cuda()) {  // only the rows the ids name
+                       embedding_backward_add_cuda(dy, idc, into);
+                       return std::vector<Tensor>{Tensor(), Tensor()};
+                     }
+#endif
+                     Tensor dw = Tensor::zeros({V, C}, acc, dy.device());  // (V, C)
                      MICROLLM_KERNEL(dy.device(), embedding_backward, dy, idc, dw);
+                     if (into.defined()) {  // the engine's sum, written in place
+                       into.copy_from(add(into, dw.to(dtype)));
+                       return std::vector<Tensor>{Tensor(), Tensor()};
+                     }
                      return std::vector<Tensor>{dw.to(dtype), Tensor()};
                    });
   return out;
