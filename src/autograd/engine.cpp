@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "microllm/autograd/checkpoint.h"
+#include "microllm/autograd/gradient_buffer.h"
 #include "microllm/autograd/node.h"
 #include "microllm/ops/elementwise.h"
 
@@ -26,6 +27,17 @@ bool same_memory(const Tensor& a, const Tensor& b) {
          a.strides() == b.strides() && a.dtype() == b.dtype();
 }
 
+// sum += grad with add's kernel, in place; the CPU runs bf16/f16 sums only through add
+// (widened to F32), so there the sum is copied back.
+void add_in_place(Tensor& sum, const Tensor& grad) {
+  const bool narrow_on_cpu =
+      sum.is_cpu() && (sum.dtype() == DType::BF16 || sum.dtype() == DType::F16);
+  if (narrow_on_cpu)
+    sum.copy_from(ops::add(sum, grad));
+  else
+    ops::add_out(sum, grad, sum);
+}
+
 class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf)
@@ -37,6 +49,19 @@ class AccumulateGrad final : public Node {
     AutogradMeta& meta = leaf_->autograd;
     meta.grad_buffer_pending =
         sum.defined() && meta.grad_buffer.defined() && same_memory(sum, meta.grad_buffer);
+  }
+
+  // With adds on (gradient_buffer.h), a gradient arriving while the sum so far is pending in
+  // the leaf's buffer is added there in place (add's kernel, the engine's bits); returns
+  // whether it was.
+  bool add_into_pending(const Tensor& sum, const Tensor& grad) {
+    const AutogradMeta& meta = leaf_->autograd;
+    if (!meta.grad_buffer_pending || !same_memory(sum, meta.grad_buffer) ||
+        !gradient_adds_enabled())
+      return false;
+    Tensor into = sum;  // (shape of the leaf) the buffer
+    add_in_place(into, grad);
+    return true;
   }
 
   std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override {
@@ -57,13 +82,7 @@ class AccumulateGrad final : public Node {
     } else if (!grad.defined()) {
       grad = incoming.clone();
     } else if (grad.same(buffer)) {
-      // add's kernel in place; the CPU runs bf16/f16 sums only through add (widened to F32).
-      const bool narrow_on_cpu =
-          grad.is_cpu() && (grad.dtype() == DType::BF16 || grad.dtype() == DType::F16);
-      if (narrow_on_cpu)
-        grad.copy_from(ops::add(grad, incoming));
-      else
-        ops::add_out(grad, incoming, grad);
+      add_in_place(grad, incoming);
     } else {
       grad = ops::add(grad, incoming);
     }
@@ -160,9 +179,12 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     std::vector<Tensor>& slots = pending[edge.node.get()];
     if (slots.empty()) slots.resize(static_cast<size_t>(edge.node->num_outputs()));
     Tensor& slot = slots[static_cast<size_t>(edge.input_nr)];
-    slot = slot.defined() ? ops::add(slot, grad) : grad;
-    if (auto* accumulator = dynamic_cast<AccumulateGrad*>(edge.node.get()))
-      accumulator->set_pending(slot);
+    auto* accumulator = dynamic_cast<AccumulateGrad*>(edge.node.get());
+    if (!slot.defined())
+      slot = grad;
+    else if (accumulator == nullptr || !accumulator->add_into_pending(slot, grad))
+      slot = ops::add(slot, grad);
+    if (accumulator != nullptr) accumulator->set_pending(slot);
   };
 
   // 1. Count the edges into every reachable node.

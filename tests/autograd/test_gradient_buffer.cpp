@@ -276,7 +276,7 @@ TEST(GradientBuffer, PendingBufferIsHandedOutOnlyWhileTheClaimedSumWaits) {
   EXPECT_FALSE(observe_pending(bare, true).defined);
 }
 
-TEST(GradientBuffer, TiedEmbeddingAddsIntoThePendingBufferWithTheSameBits) {
+TEST(GradientBuffer, AddsIntoThePendingBufferGiveTheSameBits) {
   // Ids repeat and leave vocabulary rows unnamed; two passes, zeroed and accumulated.
   const Graph tied = [](const std::vector<Tensor>& p, int pass) {
     const Tensor ids =
@@ -284,8 +284,21 @@ TEST(GradientBuffer, TiedEmbeddingAddsIntoThePendingBufferWithTheSameBits) {
     const Tensor h = ops::mul(ops::embedding(p[0], ids), p[1]);  // (7, C)
     return weighted_sum(ops::linear(h, p[0]), 80 + pass);        // logits (7, V)
   };
+  // One weight in three products: the first claims, the engine adds the others into the
+  // pending buffer in place.
+  const Graph thrice = [](const std::vector<Tensor>& p, int pass) {
+    Tensor loss;
+    for (int i = 0; i < 3; ++i) {
+      const Tensor x = randn_tensor({5 + i, 6}, 90 + 10 * pass + i, p[0].dtype());  // (N, in)
+      const Tensor part = weighted_sum(ops::linear(x, p[0]), 95 + i);
+      loss = loss.defined() ? ops::add(loss, part) : part;
+    }
+    return loss;
+  };
   for (const char* adds : {"0", "1"}) {
     const ScopedEnv env(kAddSwitch, adds);
+    expect_same_bits_through_claims(std::string("thrice, adds ") + adds, thrice, {{4, 6}}, {0},
+                                    {true});
     expect_same_bits_through_claims(std::string("tied, adds ") + adds, tied, {{10, 6}, {6}}, {0, 1},
                                     {true, false});
     expect_same_bits_through_claims(std::string("tied accumulated, adds ") + adds, tied,
