@@ -22,9 +22,9 @@
 // gradient to sum into a new tensor that the accumulator then copies back. The tied
 // embedding does this (ops::embedding): its lookup adds only the rows its ids name into the
 // LM head's gradient. A dense gradient that reaches the engine meanwhile (another product of
-// the same weight) is added into the pending buffer in place, by add's kernel. The sum is the
-// engine's, element for element, except that an untouched element keeps its sign of zero where the
-// engine's 0 + (−0) would give +0.
+// the same weight) is added into the pending buffer in place, by add's kernel. The sum is
+// the engine's, element for element, except that an untouched element keeps its sign of
+// zero where the engine's 0 + (−0) would give +0.
 #pragma once
 
 #include "microllm/core/tensor.h"

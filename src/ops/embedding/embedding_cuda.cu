@@ -10,7 +10,7 @@
 //             memory) plus the N·C adds; no sort and no extra memory.
 //   backward into a pending gradient (embedding_backward_add_cuda): the same sums into an
 //             F32 scratch (V, C) of which only the named rows are zeroed, then each named row
-//             is added, rounded, into dweight by the thread block of its first token (the
+//             is added, rounded, into dweight by the threads of its first token (the
 //             smallest k with that id, found with atomicMin: the minimum is the same in any
 //             order); the other rows of dweight are not read or written.
 #include <climits>
