@@ -1,5 +1,5 @@
 // Gradients written straight into claimed gradient buffers (autograd/gradient_buffer.h,
-// MICROLLM_GRAD_INTO_BUFFER=1): the claim rules, and that linear's weight gradient written
+// on unless MICROLLM_GRAD_INTO_BUFFER=0): the claim rules, and that linear's weight gradient written
 // through claims (alone, through a join of neighbouring buffers, with a second producer, a
 // tied embedding, accumulated passes) has the bits of the same graph without claims, in F64,
 // F32 and BF16; and the pending buffer a later producer may add into
