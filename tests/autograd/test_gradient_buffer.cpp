@@ -1,9 +1,9 @@
-// Gradients written straight into claimed gradient buffers (autograd/gradient_buffer.h,
-// on unless MICROLLM_GRAD_INTO_BUFFER=0): the claim rules, and that linear's weight gradient written
-// through claims (alone, through a join of neighbouring buffers, with a second producer, a
-// tied embedding, accumulated passes) has the bits of the same graph without claims, in F64,
-// F32 and BF16; and the pending buffer a later producer may add into
-// (MICROLLM_ADD_INTO_BUFFER=1): when it is handed out, and the tied embedding's sums through it.
+// Gradients written straight into claimed gradient buffers (autograd/gradient_buffer.h; on
+// unless MICROLLM_GRAD_INTO_BUFFER=0): the claim rules, and that linear's weight gradient
+// written through claims (alone, through a join of neighbouring buffers, with a second
+// producer, a tied embedding, accumulated passes) has the bits of the same graph without
+// claims, in F64, F32 and BF16; and the pending buffer a later producer may add into
+// (MICROLLM_ADD_INTO_BUFFER=1): when it is handed out, and the sums through it.
 #include <gtest/gtest.h>
 
 #include <functional>
