@@ -6,7 +6,6 @@
 #include "embedding_kernels.h"
 #include "microllm/autograd/gradient_buffer.h"
 #include "microllm/autograd/node.h"
-#include "microllm/ops/elementwise.h"
 
 namespace microllm::ops {
 
@@ -52,23 +51,20 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
                      const DType acc = detail::stat_dtype(dtype);
                      const Tensor dy = g[0].is_cuda() ? g[0].contiguous()
                                                       : g[0].to(acc).contiguous();  // (..., C)
-                     // Where the weight's gradient so far waits in its buffer (a tied LM head wrote
-                     // it there), this lookup's rows are added into it and no gradient is returned
-                     // (autograd/gradient_buffer.h).
-                     Tensor into =
-                         autograd::pending_gradient_buffer(add_to);  // (V, C) or undefined
 #if MICROLLM_WITH_CUDA
-                     if (into.defined() && dy.is_cuda()) {  // only the rows the ids name
-                       embedding_backward_add_cuda(dy, idc, into);
-                       return std::vector<Tensor>{Tensor(), Tensor()};
-                     }
+                     // Where the weight's gradient so far waits in its buffer (a tied LM head
+                     // wrote it there), only the rows the ids name are added into it and no
+                     // gradient is returned (autograd/gradient_buffer.h).
+                     if (dy.is_cuda())
+                       if (const Tensor into = autograd::pending_gradient_buffer(add_to);
+                           into.defined()) {  // (V, C)
+                         embedding_backward_add_cuda(dy, idc, into);
+                         return std::vector<Tensor>{Tensor(), Tensor()};
+                       }
 #endif
                      Tensor dw = Tensor::zeros({V, C}, acc, dy.device());  // (V, C)
+                     // Elsewhere the engine adds this dense gradient into a pending buffer.
                      MICROLLM_KERNEL(dy.device(), embedding_backward, dy, idc, dw);
-                     if (into.defined()) {  // the engine's sum, written in place
-                       into.copy_from(add(into, dw.to(dtype)));
-                       return std::vector<Tensor>{Tensor(), Tensor()};
-                     }
                      return std::vector<Tensor>{dw.to(dtype), Tensor()};
                    });
   return out;
