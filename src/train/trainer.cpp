@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "microllm/autograd/node.h"
+#include "microllm/core/switch.h"
 #include "microllm/io/safetensors.h"
 #include "microllm/ops/cross_entropy.h"
 #include "microllm/ops/elementwise.h"
@@ -134,6 +135,12 @@ Tensor Trainer::mean_loss(const Tensor& inputs, const Tensor& targets) const {
     return ops::linear_cross_entropy(h.reshape({rows, -1}), model_->lm_head_weight(),
                                      targets.reshape({-1}), -100, DType::F32,
                                      options_.loss_chunk);  // ()
+  }
+  if (switch_on("MICROLLM_FUSED_LOSS")) {
+    // The logits' gradient written in the forward, over the logits (one (N, V) tensor).
+    const Tensor h = model_->hidden(inputs);  // (B, T, C)
+    return ops::lm_head_cross_entropy(h.reshape({rows, -1}), model_->lm_head_weight(),
+                                      targets.reshape({-1}), -100, DType::F32);  // ()
   }
   const Tensor logits = model_->forward(inputs);  // (B, T, V)
   return ops::cross_entropy(logits.reshape({rows, -1}), targets.reshape({-1}), -100,

@@ -10,6 +10,7 @@
 
 #include "microllm/io/sha256.h"
 #include "microllm/train/trainer.h"
+#include "support/scoped_env.h"
 
 using namespace microllm;
 namespace fs = std::filesystem;
@@ -237,6 +238,33 @@ TEST(Trainer, ChunkedLossTrainsLikeTheWholeLogits) {
                               y = chunked.model().parameters().at(name).to_vector_f64();
     for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], y[i], 1e-5) << name << " " << i;
   }
+  fs::remove_all(dir);
+}
+
+// MICROLLM_FUSED_LOSS=1: the LM head and loss as lm_head_cross_entropy. On the CPU, with one
+// micro-batch (dloss = 1), the same logits, gradient formula and products: the same bits.
+TEST(Trainer, FusedLossTrainsWithTheBitsOfTheWholeLogits) {
+  const fs::path dir = temp_dir("fused_loss");
+  const int64_t vocab = 32;
+  Generator gen(12);
+  std::vector<uint32_t> tokens(2000);
+  for (uint32_t& t : tokens) t = static_cast<uint32_t>(gen.next_u64() % vocab);
+  train::write_token_file((dir / "data.bin").string(), tokens, vocab);
+  const train::TokenFile data = train::load_token_file((dir / "data.bin").string(), vocab);
+  train::TrainOptions o;
+  o.steps = 3;
+  o.batch = 3;
+  o.seq = 12;
+  o.lr = 1e-2;
+  o.seed = 6;
+  train::Trainer whole(tiny_config(vocab), o), fused(tiny_config(vocab), o);
+  for (int i = 0; i < 3; ++i) {
+    const double a = whole.train_step(data).loss;
+    const microllm::testing::ScopedEnv on("MICROLLM_FUSED_LOSS", "1");
+    EXPECT_EQ(a, fused.train_step(data).loss) << "step " << i + 1;
+  }
+  for (const auto& [name, p] : whole.model().parameters())
+    EXPECT_EQ(p.to_vector_f64(), fused.model().parameters().at(name).to_vector_f64()) << name;
   fs::remove_all(dir);
 }
 

@@ -32,4 +32,17 @@ namespace microllm::ops {
 Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets,
                             int64_t ignore_index, DType loss_dtype, int64_t chunk_rows);
 
+// The LM head and its loss in one node whose forward also writes the logits' gradient: the mean
+// cross-entropy of logits = hidden · weightᵀ against `targets`, where the forward computes
+// (softmax − onehot)/kept over the logits in place (CUDA: the logits read once), keeps that
+// instead of the logits, and the backward only multiplies it into the two products, scaled by
+// dloss. No recompute, and the (N, V) logits and their gradient never exist side by side.
+// Equals cross_entropy(linear(hidden, weight), targets, ignore_index, loss_dtype) within the
+// dtype's contract (for dloss = 1, the same formula for each gradient element); the weight's
+// gradient goes into its claimed gradient buffer as linear's does.
+// hidden (N, C) floating; weight (V, C) same dtype and device; targets (N) I32/I64 in [0, V) or
+// ignore_index → shape () in loss_dtype.
+Tensor lm_head_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets,
+                             int64_t ignore_index, DType loss_dtype);
+
 }  // namespace microllm::ops

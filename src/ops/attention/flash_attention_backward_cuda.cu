@@ -22,6 +22,7 @@
 #include "../cuda_common.cuh"
 #include "attention_kernels.h"
 #include "flash_attention.cuh"
+#include "microllm/core/switch.h"
 
 namespace microllm::ops {
 namespace {
@@ -233,8 +234,11 @@ constexpr size_t dkdv_shared_bytes() {
   return (2 * kTileElements<D> + 4 * kTileElements<D, kBackwardQueries<D>>)*sizeof(T);
 }
 
-template <class T, int D, bool kWriteScratch>
-__global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a) {
+// kMinBlocks: the resident blocks an SM the registers are fitted to. 1 lets ptxas take what it
+// needs (218 registers at D 64: two blocks an SM); 3 fits 168 (MICROLLM_FLASH_DKDV_3_BLOCKS=1,
+// D 64 only, with the largest shared-memory carveout, so three blocks' tiles fit).
+template <class T, int D, bool kWriteScratch, int kMinBlocks = 1>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) flash_dkdv_kernel(BackwardArgs<T> a) {
   constexpr int kQ = kBackwardQueries<D>;
   extern __shared__ __align__(16) unsigned char shared[];
   T* k_tile = reinterpret_cast<T*>(shared);  // (64, D + 8)
@@ -419,6 +423,23 @@ int dkdv_parts(const FlashShape& s) {
   return static_cast<int>(group);
 }
 
+template <class T, int D, bool kWriteScratch>
+void launch_dkdv(const BackwardArgs<T>& args, dim3 grid, size_t bytes, cudaStream_t stream) {
+  if constexpr (D == 64) {
+    if (switch_on("MICROLLM_FLASH_DKDV_3_BLOCKS")) {
+      constexpr auto kernel = flash_dkdv_kernel<T, D, kWriteScratch, 3>;
+      allow_shared_bytes<kernel>(bytes);
+      static const cudaError_t carveout = cudaFuncSetAttribute(
+          kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+      CUDA_CHECK(carveout);
+      kernel<<<grid, kThreads, bytes, stream>>>(args);
+      return;
+    }
+  }
+  allow_shared_bytes<flash_dkdv_kernel<T, D, kWriteScratch>>(bytes);
+  flash_dkdv_kernel<T, D, kWriteScratch><<<grid, kThreads, bytes, stream>>>(args);
+}
+
 // The kernels in order over one chunk: delta, dK/dV (which writes the dS scratch when there
 // is one), the sum of the parts, dQ (which reads it, or recomputes dS without it).
 // With `wgmma` (BF16, D 64 only) the dK/dV and dQ kernels are the Hopper ones
@@ -443,11 +464,9 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
     if (wgmma) {
       if constexpr (kHasWgmma) launch_dkdv_wgmma(args, stream);
     } else if (args.ds != nullptr) {
-      allow_shared_bytes<flash_dkdv_kernel<T, D, true>>(bytes);
-      flash_dkdv_kernel<T, D, true><<<grid, kThreads, bytes, stream>>>(args);
+      launch_dkdv<T, D, true>(args, grid, bytes, stream);
     } else {
-      allow_shared_bytes<flash_dkdv_kernel<T, D, false>>(bytes);
-      flash_dkdv_kernel<T, D, false><<<grid, kThreads, bytes, stream>>>(args);
+      launch_dkdv<T, D, false>(args, grid, bytes, stream);
     }
     CUDA_CHECK_LAUNCH("flash_dkdv_kernel");
     if (args.parts > 1) {

@@ -56,4 +56,14 @@ void cross_entropy_backward_cpu(const Tensor& logits, const Tensor& targets, con
   });
 }
 
+// The backward reads each element before it writes it, and the forward has read the row's
+// targets before, so dlogits may alias logits.
+void cross_entropy_forward_grad_cpu(const Tensor& logits, const Tensor& targets,
+                                    int64_t ignore_index, int64_t kept, const Tensor& lse,
+                                    const Tensor& loss, const Tensor& dlogits) {
+  cross_entropy_forward_cpu(logits, targets, ignore_index, kept, lse, loss);
+  const Tensor one = Tensor::full({}, 1.0, lse.dtype(), lse.device());  // () dloss = 1
+  cross_entropy_backward_cpu(logits, targets, lse, one, ignore_index, kept, dlogits);
+}
+
 }  // namespace microllm::ops

@@ -10,6 +10,16 @@
 //             the loss is the same bit for bit from run to run.
 //   backward  one block per row: dlogits = dloss·(exp(x − lse) − onehot)/kept, or 0 on an
 //             ignored row. dloss is read on the device: no host synchronization.
+//   forward with the gradient (dloss = 1)  one row per thread-block cluster: each block of
+//             the cluster copies its slice of the row into shared memory, reduces it to
+//             (max, Σ exp(x − max)); the blocks read each other's pair through distributed
+//             shared memory, in rank order (the same lse in every block), and write their
+//             slice of the gradient from shared memory. The logits are read once, where the
+//             forward and backward kernels read them twice. Rows too long for the largest
+//             cluster, or not in 16-byte vectors, take those two kernels instead.
+#include <cooperative_groups.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -77,6 +87,89 @@ __global__ void __launch_bounds__(1024)
                     return scale * (expf(x - row_lse) - (v == t ? 1.0f : 0.0f));
                   });
   }
+}
+
+// One row's gradient by a cluster of blocks: rank b holds vectors [b·slice_vectors,
+// (b + 1)·slice_vectors) of the row in shared memory.
+constexpr int kSliceThreads = 512;
+constexpr int64_t kMaxSliceBytes = 80 * 1024;  // two blocks an SM
+constexpr int kMaxClusterBlocks = 8;           // the portable cluster size
+
+// logits, dlogits (N, V) (dlogits may be logits); targets, lse, row_loss (N); V a multiple of
+// kVec<T>, rows 16-byte aligned; gridDim.x = N · the cluster's blocks.
+template <class T, class I>
+__global__ void __launch_bounds__(kSliceThreads)
+    cross_entropy_grad_cluster_kernel(const T* logits, const I* targets, int64_t V,
+                                      int64_t slice_vectors, int64_t ignore_index, int64_t kept,
+                                      float* lse, float* row_loss, T* dlogits) {
+  namespace cg = cooperative_groups;
+  extern __shared__ __align__(16) unsigned char shared[];
+  Vec16<T>* slice = reinterpret_cast<Vec16<T>*>(shared);  // (slice_vectors)
+  __shared__ float scratch[kWarp];
+  __shared__ float partial[2];  // this block's (max, Σ exp(x − max)), read by the cluster
+  const cg::cluster_group cluster = cg::this_cluster();
+  const unsigned rank = cluster.block_rank(), blocks = cluster.num_blocks();
+  const int64_t r = blockIdx.x / blocks;  // the cluster's row
+  const int64_t first = rank * slice_vectors;
+  const int64_t count = std::max<int64_t>(0, std::min(slice_vectors, V / kVec<T> - first));
+  enter_dependent_grid();
+
+  const Vec16<T>* src = reinterpret_cast<const Vec16<T>*>(logits + r * V) + first;  // (count)
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) copy16_async(&slice[j], &src[j], true);
+  commit_async();
+  wait_async<0>();  // each thread reads back only the vectors it copied
+  OnlineSum a;
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+    float x[kVec<T>];
+#pragma unroll
+    for (int e = 0; e < kVec<T>; ++e) x[e] = to_float(slice[j].v[e]);
+    online_add_many(a, x);
+  }
+  const float m = block_max(a.m, scratch);
+  const float s = block_sum(a.s == 0.0f ? 0.0f : a.s * expf(a.m - m), scratch);
+  if (threadIdx.x == 0) {
+    partial[0] = m;
+    partial[1] = s;
+  }
+  cluster.sync();  // every block's pair written; every block's slice in its shared memory
+  float row_max = -INFINITY, row_sum = 0.0f;
+  for (unsigned b = 0; b < blocks; ++b)
+    row_max = fmaxf(row_max, *cluster.map_shared_rank(&partial[0], b));
+  for (unsigned b = 0; b < blocks; ++b) {
+    const float bm = *cluster.map_shared_rank(&partial[0], b);
+    const float bs = *cluster.map_shared_rank(&partial[1], b);
+    row_sum += bs == 0.0f ? 0.0f : bs * expf(bm - row_max);
+  }
+  // The pairs are read: a block may leave once every block has arrived here.
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+  const float row_lse = row_max + logf(row_sum);
+  const int64_t t = static_cast<int64_t>(targets[r]);
+  const bool ignored = t == ignore_index;
+  const int64_t begin = first * kVec<T>, end = (first + count) * kVec<T>;  // this slice
+  if (threadIdx.x == 0) {
+    if (rank == 0) lse[r] = row_lse;
+    // As cross_entropy_rows_kernel: 0 when ignored, NaN for an id outside [0, V).
+    if (ignored || t < 0 || t >= V) {
+      if (rank == 0) row_loss[r] = ignored ? 0.0f : NAN;
+    } else if (t >= begin && t < end) {
+      row_loss[r] = row_lse - to_float(slice[(t - begin) / kVec<T>].v[(t - begin) % kVec<T>]);
+    }
+  }
+  // dloss = 1: the backward kernel's scale, dloss / kept, with dloss = 1.
+  const float scale = kept > 0 ? 1.0f / static_cast<float>(kept) : 0.0f;
+  Vec16<T>* dst = reinterpret_cast<Vec16<T>*>(dlogits + r * V) + first;  // (count)
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+    Vec16<T> out;
+#pragma unroll
+    for (int e = 0; e < kVec<T>; ++e) {
+      const int64_t v = begin + j * kVec<T> + e;
+      out.v[e] = from_float<T>(
+          ignored ? 0.0f
+                  : scale * (expf(to_float(slice[j].v[e]) - row_lse) - (v == t ? 1.0f : 0.0f)));
+    }
+    dst[j] = out;
+  }
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
 // Threads of the block for a row of `units` loads: a power of two from 32 to 1024 giving
@@ -154,6 +247,58 @@ void cross_entropy_backward_cuda(const Tensor& logits, const Tensor& targets, co
       CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
     });
   });
+}
+
+void cross_entropy_forward_grad_cuda(const Tensor& logits, const Tensor& targets,
+                                     int64_t ignore_index, int64_t kept, const Tensor& lse,
+                                     const Tensor& loss, const Tensor& dlogits) {
+  check_operands(logits, targets, lse);
+  MICROLLM_CHECK(loss.numel() == 1 && loss.dtype() == DType::F32, "cross_entropy",
+                 "loss must be one f32 element, found ", loss.describe());
+  MICROLLM_CHECK(dlogits.is_contiguous() && dlogits.shape() == logits.shape() &&
+                     dlogits.dtype() == logits.dtype(),
+                 "cross_entropy", "dlogits ", dlogits.describe(), " must be dense like logits ",
+                 logits.describe());
+  const int64_t N = logits.size(0), V = logits.size(1);
+  const cudaStream_t stream = stream_of(logits);
+  bool clustered = false;
+  Tensor row_loss;  // (N) f32
+  if (N > 0) {
+    row_loss = Tensor::empty({N}, DType::F32, logits.device());
+    dispatch_cuda_float(logits.dtype(), "cross_entropy", [&](auto tag) {
+      using T = decltype(tag);
+      const int64_t bytes = V * static_cast<int64_t>(sizeof(T));
+      const int64_t blocks = ceil_div(bytes, kMaxSliceBytes);
+      if (V % kVec<T> != 0 || !aligned16({logits.raw_data(), dlogits.raw_data()}) ||
+          blocks > kMaxClusterBlocks)
+        return;
+      const int64_t slice_vectors = ceil_div(V / kVec<T>, blocks);
+      const size_t shared_bytes = static_cast<size_t>(slice_vectors) * 16;
+      dispatch_cuda_index(targets, "cross_entropy", "targets", [&](auto index_tag) {
+        using I = decltype(index_tag);
+        constexpr auto kernel = cross_entropy_grad_cluster_kernel<T, I>;
+        static const cudaError_t allowed = cudaFuncSetAttribute(
+            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMaxSliceBytes));
+        CUDA_CHECK(allowed);
+        launch_dependent_clusters(
+            "cross_entropy_grad_cluster_kernel", kernel, dim3(static_cast<unsigned>(N * blocks)),
+            dim3(kSliceThreads), static_cast<unsigned>(blocks), shared_bytes, stream,
+            ptr<const T>(logits), ptr<const I>(targets), V, slice_vectors, ignore_index, kept,
+            ptr<float>(lse), ptr<float>(row_loss), ptr<T>(dlogits));
+      });
+      clustered = true;
+    });
+  }
+  if (!clustered) {  // the two kernels; the backward reads each element before writing it
+    cross_entropy_forward_cuda(logits, targets, ignore_index, kept, lse, loss);
+    const Tensor one = Tensor::full({}, 1.0, DType::F32, logits.device());  // () dloss = 1
+    cross_entropy_backward_cuda(logits, targets, lse, one, ignore_index, kept, dlogits);
+    return;
+  }
+  constexpr int kSumThreads = 1024;
+  mean_over_kept_kernel<<<1, kSumThreads, 0, stream>>>(ptr<const float>(row_loss), N, kept,
+                                                       ptr<float>(loss));
+  CUDA_CHECK_LAUNCH("mean_over_kept_kernel");
 }
 
 }  // namespace microllm::ops

@@ -15,12 +15,21 @@ void cross_entropy_forward_cpu(const Tensor& logits, const Tensor& targets, int6
 void cross_entropy_backward_cpu(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                 const Tensor& dloss, int64_t ignore_index, int64_t kept,
                                 const Tensor& dlogits);
+// Forward and the gradient for dloss = 1 at once: lse and loss as cross_entropy_forward, and
+// dlogits = (softmax − onehot)/kept on kept rows, 0 elsewhere, as cross_entropy_backward with
+// dloss = 1 (the same formula and dtype). dlogits may be logits itself (written in place).
+void cross_entropy_forward_grad_cpu(const Tensor& logits, const Tensor& targets,
+                                    int64_t ignore_index, int64_t kept, const Tensor& lse,
+                                    const Tensor& loss, const Tensor& dlogits);
 #if MICROLLM_WITH_CUDA
 void cross_entropy_forward_cuda(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                                 int64_t kept, const Tensor& lse, const Tensor& loss);
 void cross_entropy_backward_cuda(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                  const Tensor& dloss, int64_t ignore_index, int64_t kept,
                                  const Tensor& dlogits);
+void cross_entropy_forward_grad_cuda(const Tensor& logits, const Tensor& targets,
+                                     int64_t ignore_index, int64_t kept, const Tensor& lse,
+                                     const Tensor& loss, const Tensor& dlogits);
 #endif
 
 }  // namespace microllm::ops

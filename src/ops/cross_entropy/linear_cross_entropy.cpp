@@ -1,10 +1,11 @@
-// linear_cross_entropy: the LM head's GEMM and cross-entropy chunk by chunk (see
-// microllm/ops/cross_entropy.h). Reuses linear_out's GEMM and the cross-entropy kernels; the
-// whole (N, V) logits never exist.
+// The LM head's GEMM and cross-entropy as one node (see microllm/ops/cross_entropy.h), on the
+// cross-entropy kernels: linear_cross_entropy chunk by chunk, so the whole (N, V) logits never
+// exist; lm_head_cross_entropy with the logits' gradient written over them in the forward.
 #include <algorithm>
 
 #include "../common.h"
 #include "cross_entropy_kernels.h"
+#include "microllm/autograd/gradient_buffer.h"
 #include "microllm/autograd/node.h"
 #include "microllm/ops/cross_entropy.h"
 #include "microllm/ops/elementwise.h"
@@ -20,29 +21,38 @@ Tensor chunk_logits(const Tensor& hidden_rows, const Tensor& weight) {
   return detail::compute_operand(matmul(hidden_rows, weight, false, true));  // (rows, V)
 }
 
+// x · s for a one-element s of the statistics' dtype (read on the device), computed in that
+// dtype and rounded to x's once. x (N, C); s ().
+Tensor scaled(const Tensor& x, const Tensor& s) { return mul(x.to(s.dtype()), s).to(x.dtype()); }
+
+// Checks the LM head + loss operands; returns the number of kept targets.
+int64_t check_lm_head_loss(const char* op, const Tensor& hidden, const Tensor& weight,
+                           const Tensor& targets, int64_t ignore_index, DType loss_dtype) {
+  MICROLLM_CHECK(is_floating(loss_dtype), op, "loss dtype must be floating, found ",
+                 dtype_name(loss_dtype));
+  detail::check_floating(op, hidden, "hidden");
+  detail::check_rank(op, hidden, "hidden", 2);
+  detail::check_rank(op, weight, "weight", 2);
+  detail::check_same_dtype(op, hidden, "hidden", weight, "weight");
+  detail::check_same_device(op, hidden, "hidden", weight, "weight");
+  detail::check_index(op, targets, "targets");
+  detail::check_same_device(op, hidden, "hidden", targets, "targets");
+  const int64_t N = hidden.size(0), C = hidden.size(1), V = weight.size(0);
+  MICROLLM_CHECK(weight.size(1) == C, op, "weight must be (V, ", C, ") for hidden ",
+                 hidden.describe(), ", found ", weight.describe());
+  MICROLLM_CHECK(V > 0, op, "weight has no rows (no classes): ", weight.describe());
+  MICROLLM_CHECK(targets.dim() == 1 && targets.size(0) == N, op, "targets must be (", N,
+                 ") for hidden ", hidden.describe(), ", found ", targets.describe());
+  return detail::check_index_range(op, targets, V, "target", "row", hidden, ignore_index);
+}
+
 }  // namespace
 
 Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets,
                             int64_t ignore_index, DType loss_dtype, int64_t chunk_rows) {
-  MICROLLM_CHECK(is_floating(loss_dtype), kOp, "loss dtype must be floating, found ",
-                 dtype_name(loss_dtype));
   MICROLLM_CHECK(chunk_rows >= 1, kOp, "chunk_rows must be ≥ 1, found ", chunk_rows);
-  detail::check_floating(kOp, hidden, "hidden");
-  detail::check_rank(kOp, hidden, "hidden", 2);
-  detail::check_rank(kOp, weight, "weight", 2);
-  detail::check_same_dtype(kOp, hidden, "hidden", weight, "weight");
-  detail::check_same_device(kOp, hidden, "hidden", weight, "weight");
-  detail::check_index(kOp, targets, "targets");
-  detail::check_same_device(kOp, hidden, "hidden", targets, "targets");
-  const int64_t N = hidden.size(0), C = hidden.size(1), V = weight.size(0);
-  MICROLLM_CHECK(weight.size(1) == C, kOp, "weight must be (V, ", C, ") for hidden ",
-                 hidden.describe(), ", found ", weight.describe());
-  MICROLLM_CHECK(V > 0, kOp, "weight has no rows (no classes): ", weight.describe());
-  MICROLLM_CHECK(targets.dim() == 1 && targets.size(0) == N, kOp, "targets must be (", N,
-                 ") for hidden ", hidden.describe(), ", found ", targets.describe());
-  const int64_t kept =
-      detail::check_index_range(kOp, targets, V, "target", "row", hidden, ignore_index);
-
+  const int64_t kept = check_lm_head_loss(kOp, hidden, weight, targets, ignore_index, loss_dtype);
+  const int64_t N = hidden.size(0);
   const Device device = hidden.device();
   const Tensor h = hidden.detach().contiguous();  // (N, C)
   const Tensor w = weight.detach().contiguous();  // (V, C)
@@ -80,6 +90,40 @@ Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Te
         }
         return std::vector<Tensor>{dh, dw.to(w.dtype()), Tensor()};
       });
+  return out;
+}
+
+Tensor lm_head_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets,
+                             int64_t ignore_index, DType loss_dtype) {
+  const char* op = "lm_head_cross_entropy";
+  const int64_t kept = check_lm_head_loss(op, hidden, weight, targets, ignore_index, loss_dtype);
+  const Device device = hidden.device();
+  const Tensor h = hidden.detach().contiguous();  // (N, C)
+  const Tensor w = weight.detach().contiguous();  // (V, C)
+  const Tensor t = targets.contiguous();          // (N)
+  const DType stat = detail::stat_dtype(h.dtype());
+  Tensor lse = Tensor::empty({h.size(0)}, stat, device);  // (N)
+  Tensor loss = Tensor::empty({}, stat, device);          // ()
+  // The logits, then (softmax − onehot)/kept over them in place.
+  Tensor dl = chunk_logits(h, w);  // (N, V)
+  MICROLLM_KERNEL(device, cross_entropy_forward_grad, dl, t, ignore_index, kept, lse, loss, dl);
+  Tensor out = loss.to(loss_dtype);  // ()
+
+  // The weight's handle (not detached) is kept only to claim its gradient buffer, as linear's.
+  const Tensor claim_from = autograd::gradient_claims_enabled() ? weight : Tensor();
+  autograd::record(op, {hidden, weight, targets}, {&out},
+                   [h, w, dl, claim_from, stat](const std::vector<Tensor>& g) {
+                     const Tensor dloss = g[0].to(stat);               // ()
+                     const Tensor dlc = dl.to(h.dtype());              // (N, V) as the GEMMs take
+                     const Tensor dh = scaled(matmul(dlc, w), dloss);  // (N, C)
+                     const Tensor hs = scaled(h, dloss);               // (N, C) dloss · h
+                     Tensor dw = autograd::claim_gradient_buffer(claim_from);  // (V, C)
+                     if (dw.defined())
+                       matmul_out(dlc, hs, true, false, dw);
+                     else
+                       dw = matmul(dlc, hs, true, false);
+                     return std::vector<Tensor>{dh, dw, Tensor()};
+                   });
   return out;
 }
 
