@@ -13,7 +13,7 @@ namespace microllm::bench {
 inline std::vector<std::pair<std::string, std::string>> kernel_switches() {
   std::vector<std::pair<std::string, std::string>> set;
   for (const char* name :
-       {"MICROLLM_ADD_INTO_BUFFER", "MICROLLM_DECODE_FUSION", "MICROLLM_FLASH_DKDV_3_BLOCKS",
+       {"MICROLLM_ADD_INTO_BUFFER", "MICROLLM_DECODE_FUSION", "MICROLLM_FLASH_DKDV_FORM",
         "MICROLLM_FLASH_WGMMA", "MICROLLM_FUSED_LOSS", "MICROLLM_GEMV_CLUSTER_SPLIT",
         "MICROLLM_GEMV_ENGINE", "MICROLLM_GEMV_FINE_SPLIT", "MICROLLM_GRAD_INTO_BUFFER",
         "MICROLLM_JOIN_GATE_UP", "MICROLLM_PROGRAMMATIC_LAUNCH", "MICROLLM_ROPE_RUNS"})
