@@ -104,8 +104,13 @@ Tensor lm_head_cross_entropy(const Tensor& hidden, const Tensor& weight, const T
   const DType stat = detail::stat_dtype(h.dtype());
   Tensor lse = Tensor::empty({h.size(0)}, stat, device);  // (N)
   Tensor loss = Tensor::empty({}, stat, device);          // ()
-  // The logits, then (softmax − onehot)/kept over them in place.
+  // The logits, then (softmax − onehot)/kept over them in place; without a backward to come
+  // (evaluation), the loss alone.
   Tensor dl = chunk_logits(h, w);  // (N, V)
+  if (!autograd::any_requires_grad({hidden, weight})) {
+    MICROLLM_KERNEL(device, cross_entropy_forward, dl, t, ignore_index, kept, lse, loss);
+    return loss.to(loss_dtype);
+  }
   MICROLLM_KERNEL(device, cross_entropy_forward_grad, dl, t, ignore_index, kept, lse, loss, dl);
   Tensor out = loss.to(loss_dtype);  // ()
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/expect_error.h"
+#include "microllm/autograd/node.h"
 #include "microllm/ops/ops.h"
 #include "ops/op_test_util.h"
 #include "support/gradcheck.h"
@@ -108,6 +109,22 @@ TEST(OpsForward, LmHeadCrossEntropyEqualsTheWholeLogitsPath) {
                    run(hidden, weight, targets, dtype, kReference, dloss), rtol, "fused");
     }
   }
+}
+
+// Without a backward to come (no gradient asked for, or grad mode off) the node computes the
+// loss alone: the reference path's value, and no graph.
+TEST(OpsForward, LmHeadCrossEntropyWithoutGradientsIsTheLossAlone) {
+  const Tensor h = randn_tensor({6, 4}, 46, DType::F32), w = randn_tensor({9, 4}, 47, DType::F32);
+  const Tensor t = ids({1, -100, 8, 0, 3, 3}, {6});
+  const double ref = ops::cross_entropy(ops::linear(h, w), t, -100, DType::F32).item();
+  EXPECT_EQ(ops::lm_head_cross_entropy(h, w, t, -100, DType::F32).item(), ref);
+  Tensor hg = h.clone(), wg = w.clone();
+  hg.set_requires_grad(true);
+  wg.set_requires_grad(true);
+  autograd::NoGradGuard no_grad;
+  const Tensor loss = ops::lm_head_cross_entropy(hg, wg, t, -100, DType::F32);
+  EXPECT_EQ(loss.item(), ref);
+  EXPECT_FALSE(loss.requires_grad());
 }
 
 TEST(OpsForward, LinearCrossEntropyAllIgnoredIsZeroWithZeroGrads) {
