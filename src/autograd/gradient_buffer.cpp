@@ -8,7 +8,7 @@ namespace microllm::autograd {
 
 bool gradient_claims_enabled() { return !switch_off("MICROLLM_GRAD_INTO_BUFFER"); }
 
-bool gradient_adds_enabled() { return switch_on("MICROLLM_ADD_INTO_BUFFER"); }
+bool gradient_adds_enabled() { return !switch_off("MICROLLM_ADD_INTO_BUFFER"); }
 
 Tensor pending_gradient_buffer(const Tensor& t) {
   if (!t.defined() || !t.is_leaf() || !t.requires_grad() || !gradient_adds_enabled())

@@ -3,7 +3,7 @@
 // written through claims (alone, through a join of neighbouring buffers, with a second
 // producer, a tied embedding, accumulated passes) has the bits of the same graph without
 // claims, in F64, F32 and BF16; and the pending buffer a later producer may add into
-// (MICROLLM_ADD_INTO_BUFFER=1): when it is handed out, and the sums through it.
+// (on unless MICROLLM_ADD_INTO_BUFFER=0): when it is handed out, and the sums through it.
 #include <gtest/gtest.h>
 
 #include <functional>

@@ -15,7 +15,7 @@
 // non-leaf hands out what its producing node claims for it (Node::claim_gradient): `join`
 // claims one view over leaves whose buffers lie side by side as the leaves do, all or none.
 //
-// Adding into a pending buffer (MICROLLM_ADD_INTO_BUFFER=1, off by default): when the
+// Adding into a pending buffer (the default; MICROLLM_ADD_INTO_BUFFER=0 turns it off): when the
 // gradient summed for a leaf so far in a pass is its buffer (a claimed buffer the engine has
 // received and not yet accumulated), a later producer may add its contribution into that
 // buffer in place and return no gradient for the leaf, instead of handing the engine a dense
@@ -34,7 +34,7 @@ namespace microllm::autograd {
 // Whether claims are on: unless MICROLLM_GRAD_INTO_BUFFER is "0" (read at each call).
 bool gradient_claims_enabled();
 
-// Whether MICROLLM_ADD_INTO_BUFFER is "1" (read at each call).
+// Whether adds are on: unless MICROLLM_ADD_INTO_BUFFER is "0" (read at each call).
 bool gradient_adds_enabled();
 
 // The gradient buffer of leaf `t` when this pass's gradient for `t` so far is that buffer and

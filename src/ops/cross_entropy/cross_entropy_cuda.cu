@@ -22,6 +22,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "../cuda_common.cuh"
 #include "../row_reduce.cuh"
@@ -94,6 +96,19 @@ __global__ void __launch_bounds__(1024)
 constexpr int kSliceThreads = 512;
 constexpr int64_t kMaxSliceBytes = 80 * 1024;  // two blocks an SM
 constexpr int kMaxClusterBlocks = 8;           // the portable cluster size
+
+// The slice's largest size and the block's threads: 80 KB and 512 threads (two blocks an SM),
+// or with MICROLLM_CE_SLICE_KB=40 (an experiment) 40 KB and 256 threads (five blocks an SM,
+// more blocks in different phases of their rows).
+struct SliceForm {
+  int64_t max_bytes;
+  int threads;
+};
+SliceForm slice_form() {
+  const char* kb = std::getenv("MICROLLM_CE_SLICE_KB");
+  if (kb != nullptr && std::string(kb) == "40") return {40 * 1024, 256};
+  return {kMaxSliceBytes, kSliceThreads};
+}
 
 // logits, dlogits (N, V) (dlogits may be logits); targets, lse, row_loss (N); V a multiple of
 // kVec<T>, rows 16-byte aligned; gridDim.x = N · the cluster's blocks.
@@ -267,8 +282,9 @@ void cross_entropy_forward_grad_cuda(const Tensor& logits, const Tensor& targets
     row_loss = Tensor::empty({N}, DType::F32, logits.device());
     dispatch_cuda_float(logits.dtype(), "cross_entropy", [&](auto tag) {
       using T = decltype(tag);
+      const SliceForm form = slice_form();
       const int64_t bytes = V * static_cast<int64_t>(sizeof(T));
-      const int64_t blocks = ceil_div(bytes, kMaxSliceBytes);
+      const int64_t blocks = ceil_div(bytes, form.max_bytes);
       if (V % kVec<T> != 0 || !aligned16({logits.raw_data(), dlogits.raw_data()}) ||
           blocks > kMaxClusterBlocks)
         return;
@@ -282,9 +298,9 @@ void cross_entropy_forward_grad_cuda(const Tensor& logits, const Tensor& targets
         CUDA_CHECK(allowed);
         launch_dependent_clusters(
             "cross_entropy_grad_cluster_kernel", kernel, dim3(static_cast<unsigned>(N * blocks)),
-            dim3(kSliceThreads), static_cast<unsigned>(blocks), shared_bytes, stream,
-            ptr<const T>(logits), ptr<const I>(targets), V, slice_vectors, ignore_index, kept,
-            ptr<float>(lse), ptr<float>(row_loss), ptr<T>(dlogits));
+            dim3(static_cast<unsigned>(form.threads)), static_cast<unsigned>(blocks), shared_bytes,
+            stream, ptr<const T>(logits), ptr<const I>(targets), V, slice_vectors, ignore_index,
+            kept, ptr<float>(lse), ptr<float>(row_loss), ptr<T>(dlogits));
       });
       clustered = true;
     });
