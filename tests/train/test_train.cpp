@@ -51,6 +51,14 @@ std::vector<uint32_t> cycle_stream(int64_t vocab, int64_t length, uint64_t seed)
   return tokens;
 }
 
+// A stream of `length` uniform random tokens below `vocab`.
+std::vector<uint32_t> random_stream(int64_t vocab, int64_t length, uint64_t seed) {
+  Generator gen(seed);
+  std::vector<uint32_t> tokens(static_cast<size_t>(length));
+  for (uint32_t& t : tokens) t = static_cast<uint32_t>(gen.next_u64() % vocab);
+  return tokens;
+}
+
 std::string error_of(const std::function<void()>& fn) {
   try {
     fn();
@@ -214,10 +222,7 @@ TEST(Trainer, TinyModelLearnsADeterministicCycle) {
 TEST(Trainer, ChunkedLossTrainsLikeTheWholeLogits) {
   const fs::path dir = temp_dir("chunked");
   const int64_t vocab = 32;
-  Generator gen(11);
-  std::vector<uint32_t> tokens(2000);
-  for (uint32_t& t : tokens) t = static_cast<uint32_t>(gen.next_u64() % vocab);
-  train::write_token_file((dir / "data.bin").string(), tokens, vocab);
+  train::write_token_file((dir / "data.bin").string(), random_stream(vocab, 2000, 11), vocab);
   const train::TokenFile data = train::load_token_file((dir / "data.bin").string(), vocab);
   train::TrainOptions o;
   o.steps = 4;
@@ -246,10 +251,7 @@ TEST(Trainer, ChunkedLossTrainsLikeTheWholeLogits) {
 TEST(Trainer, FusedLossTrainsWithTheBitsOfTheWholeLogits) {
   const fs::path dir = temp_dir("fused_loss");
   const int64_t vocab = 32;
-  Generator gen(12);
-  std::vector<uint32_t> tokens(2000);
-  for (uint32_t& t : tokens) t = static_cast<uint32_t>(gen.next_u64() % vocab);
-  train::write_token_file((dir / "data.bin").string(), tokens, vocab);
+  train::write_token_file((dir / "data.bin").string(), random_stream(vocab, 2000, 12), vocab);
   const train::TokenFile data = train::load_token_file((dir / "data.bin").string(), vocab);
   train::TrainOptions o;
   o.steps = 3;
@@ -271,10 +273,7 @@ TEST(Trainer, FusedLossTrainsWithTheBitsOfTheWholeLogits) {
 TEST(Trainer, GradientAccumulationEqualsOneLargerBatch) {
   const fs::path dir = temp_dir("accum");
   const int64_t vocab = 32;
-  Generator gen(9);
-  std::vector<uint32_t> tokens(2000);
-  for (uint32_t& t : tokens) t = static_cast<uint32_t>(gen.next_u64() % vocab);
-  train::write_token_file((dir / "data.bin").string(), tokens, vocab);
+  train::write_token_file((dir / "data.bin").string(), random_stream(vocab, 2000, 9), vocab);
   const train::TokenFile data = train::load_token_file((dir / "data.bin").string(), vocab);
   train::TrainOptions o;
   o.steps = 2;
