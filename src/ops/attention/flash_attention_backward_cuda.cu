@@ -236,7 +236,7 @@ constexpr size_t dkdv_shared_bytes() {
 }
 
 // kMinBlocks: the resident blocks an SM the registers are fitted to; 1 lets ptxas take what it
-// needs (218 registers at D 64: two blocks an SM). kQ: query rows a step. The defaults are the
+// needs (240 registers at D 64: two blocks an SM). kQ: query rows a step. The defaults are the
 // kernel; the other forms are experiments (launch_dkdv).
 template <class T, int D, bool kWriteScratch, int kMinBlocks = 1, int kQ = kBackwardQueries<D>>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) flash_dkdv_kernel(BackwardArgs<T> a) {
