@@ -17,8 +17,6 @@
 // cp.async. Both kernels start with their heaviest blocks (causal: the last query tiles for
 // dQ, the first key tiles for dK/dV), so the long blocks are not left for the end of the grid.
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 
 #include "../cuda_common.cuh"
@@ -230,16 +228,14 @@ __global__ void __launch_bounds__(kThreads) flash_dq_recompute_kernel(BackwardAr
 template <int D>
 constexpr int kBackwardQueries = D == 128 ? 32 : 64;
 
-template <class T, int D, int kQ = kBackwardQueries<D>>
+template <class T, int D>
 constexpr size_t dkdv_shared_bytes() {
-  return (2 * kTileElements<D> + 4 * kTileElements<D, kQ>)*sizeof(T);
+  return (2 * kTileElements<D> + 4 * kTileElements<D, kBackwardQueries<D>>)*sizeof(T);
 }
 
-// kMinBlocks: the resident blocks an SM the registers are fitted to; 1 lets ptxas take what it
-// needs (240 registers at D 64: two blocks an SM). kQ: query rows a step. The defaults are the
-// kernel; the other forms are experiments (launch_dkdv).
-template <class T, int D, bool kWriteScratch, int kMinBlocks = 1, int kQ = kBackwardQueries<D>>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) flash_dkdv_kernel(BackwardArgs<T> a) {
+template <class T, int D, bool kWriteScratch>
+__global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a) {
+  constexpr int kQ = kBackwardQueries<D>;
   extern __shared__ __align__(16) unsigned char shared[];
   T* k_tile = reinterpret_cast<T*>(shared);  // (64, D + 8)
   T* v_tile = k_tile + kTileElements<D>;     // (64, D + 8)
@@ -423,34 +419,6 @@ int dkdv_parts(const FlashShape& s) {
   return static_cast<int>(group);
 }
 
-template <class T, int D, bool kWriteScratch, int kMinBlocks, int kQ>
-void launch_dkdv_form(const BackwardArgs<T>& args, dim3 grid, cudaStream_t stream) {
-  constexpr auto kernel = flash_dkdv_kernel<T, D, kWriteScratch, kMinBlocks, kQ>;
-  const size_t bytes = dkdv_shared_bytes<T, D, kQ>();
-  allow_shared_bytes<kernel>(bytes);
-  if constexpr (kMinBlocks > 2) {  // the largest carveout, so that many blocks' tiles fit
-    static const cudaError_t carveout = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-    CUDA_CHECK(carveout);
-  }
-  kernel<<<grid, kThreads, bytes, stream>>>(args);
-}
-
-// MICROLLM_FLASH_DKDV_FORM (D 64 only, an experiment): "3" fits the registers to three blocks
-// an SM (168, a few bytes spilled); "q32" steps 32 query rows at a time with registers for
-// three blocks, "q32x4" for four. Unset: the kernel as ptxas fits it.
-template <class T, int D, bool kWriteScratch>
-void launch_dkdv(const BackwardArgs<T>& args, dim3 grid, cudaStream_t stream) {
-  if constexpr (D == 64) {
-    const char* form = std::getenv("MICROLLM_FLASH_DKDV_FORM");
-    const std::string f = form != nullptr ? form : "";
-    if (f == "3") return launch_dkdv_form<T, D, kWriteScratch, 3, 64>(args, grid, stream);
-    if (f == "q32") return launch_dkdv_form<T, D, kWriteScratch, 3, 32>(args, grid, stream);
-    if (f == "q32x4") return launch_dkdv_form<T, D, kWriteScratch, 4, 32>(args, grid, stream);
-  }
-  launch_dkdv_form<T, D, kWriteScratch, 1, kBackwardQueries<D>>(args, grid, stream);
-}
-
 // The kernels in order over one chunk: delta, dK/dV (which writes the dS scratch when there
 // is one), the sum of the parts, dQ (which reads it, or recomputes dS without it).
 // With `wgmma` (BF16, D 64 only) the dK/dV and dQ kernels are the Hopper ones
@@ -468,15 +436,18 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
     CUDA_CHECK_LAUNCH("flash_delta_kernel");
   }
   if (s.B * s.Hkv * s.S > 0) {  // with T = 0 this writes zeros to dK and dV
+    const size_t bytes = dkdv_shared_bytes<T, D>();
     const dim3 grid(static_cast<unsigned>(s.B * s.Hkv * args.parts),
                     static_cast<unsigned>(tiles_of(s.S)));
     // Two instantiations, so the loop of the kernel that writes the scratch carries no test.
     if (wgmma) {
       if constexpr (kHasWgmma) launch_dkdv_wgmma(args, stream);
     } else if (args.ds != nullptr) {
-      launch_dkdv<T, D, true>(args, grid, stream);
+      allow_shared_bytes<flash_dkdv_kernel<T, D, true>>(bytes);
+      flash_dkdv_kernel<T, D, true><<<grid, kThreads, bytes, stream>>>(args);
     } else {
-      launch_dkdv<T, D, false>(args, grid, stream);
+      allow_shared_bytes<flash_dkdv_kernel<T, D, false>>(bytes);
+      flash_dkdv_kernel<T, D, false><<<grid, kThreads, bytes, stream>>>(args);
     }
     CUDA_CHECK_LAUNCH("flash_dkdv_kernel");
     if (args.parts > 1) {

@@ -22,8 +22,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 
 #include "../cuda_common.cuh"
 #include "../row_reduce.cuh"
@@ -97,19 +95,6 @@ constexpr int kSliceThreads = 512;
 constexpr int64_t kMaxSliceBytes = 80 * 1024;  // two blocks an SM
 constexpr int kMaxClusterBlocks = 8;           // the portable cluster size
 
-// The slice's largest size and the block's threads: 80 KB and 512 threads (two blocks an SM),
-// or with MICROLLM_CE_SLICE_KB=40 (an experiment) 40 KB and 256 threads (five blocks an SM,
-// more blocks in different phases of their rows).
-struct SliceForm {
-  int64_t max_bytes;
-  int threads;
-};
-SliceForm slice_form() {
-  const char* kb = std::getenv("MICROLLM_CE_SLICE_KB");
-  if (kb != nullptr && std::string(kb) == "40") return {40 * 1024, 256};
-  return {kMaxSliceBytes, kSliceThreads};
-}
-
 // logits, dlogits (N, V) (dlogits may be logits); targets, lse, row_loss (N); V a multiple of
 // kVec<T>, rows 16-byte aligned; gridDim.x = N · the cluster's blocks.
 template <class T, class I>
@@ -133,15 +118,12 @@ __global__ void __launch_bounds__(kSliceThreads)
   for (int64_t j = threadIdx.x; j < count; j += blockDim.x) copy16_async(&slice[j], &src[j], true);
   commit_async();
   wait_async<0>();  // each thread reads back only the vectors it copied
-  OnlineSum a;
-  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
-    float x[kVec<T>];
-#pragma unroll
-    for (int e = 0; e < kVec<T>; ++e) x[e] = to_float(slice[j].v[e]);
-    online_add_many(a, x);
-  }
-  const float m = block_max(a.m, scratch);
-  const float s = block_sum(a.s == 0.0f ? 0.0f : a.s * expf(a.m - m), scratch);
+  // The slice's (max, Σ exp(x − max)) and, below, its gradient, by the row helpers that the
+  // forward and backward kernels use, over the slice in shared memory.
+  const T* slice_row = reinterpret_cast<const T*>(slice);  // (count · kVec)
+  const RowGroup g = row_group<false>();
+  const RowStats st = row_stats<false>(slice_row, count * kVec<T>, true, g, scratch);
+  const float m = st.max, s = st.sum;
   if (threadIdx.x == 0) {
     partial[0] = m;
     partial[1] = s;
@@ -172,18 +154,11 @@ __global__ void __launch_bounds__(kSliceThreads)
   }
   // dloss = 1: the backward kernel's scale, dloss / kept, with dloss = 1.
   const float scale = kept > 0 ? 1.0f / static_cast<float>(kept) : 0.0f;
-  Vec16<T>* dst = reinterpret_cast<Vec16<T>*>(dlogits + r * V) + first;  // (count)
-  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
-    Vec16<T> out;
-#pragma unroll
-    for (int e = 0; e < kVec<T>; ++e) {
-      const int64_t v = begin + j * kVec<T> + e;
-      out.v[e] = from_float<T>(
-          ignored ? 0.0f
-                  : scale * (expf(to_float(slice[j].v[e]) - row_lse) - (v == t ? 1.0f : 0.0f)));
-    }
-    dst[j] = out;
-  }
+  transform_row(slice_row, dlogits + r * V + begin, count * kVec<T>, true, g,
+                [&](int64_t i, float x) {
+                  if (ignored) return 0.0f;
+                  return scale * (expf(x - row_lse) - (begin + i == t ? 1.0f : 0.0f));
+                });
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
@@ -276,18 +251,16 @@ void cross_entropy_forward_grad_cuda(const Tensor& logits, const Tensor& targets
                  logits.describe());
   const int64_t N = logits.size(0), V = logits.size(1);
   const cudaStream_t stream = stream_of(logits);
-  bool clustered = false;
-  Tensor row_loss;  // (N) f32
+  Tensor row_loss;  // (N) f32, allocated only when the cluster kernel runs
   if (N > 0) {
-    row_loss = Tensor::empty({N}, DType::F32, logits.device());
     dispatch_cuda_float(logits.dtype(), "cross_entropy", [&](auto tag) {
       using T = decltype(tag);
-      const SliceForm form = slice_form();
       const int64_t bytes = V * static_cast<int64_t>(sizeof(T));
-      const int64_t blocks = ceil_div(bytes, form.max_bytes);
+      const int64_t blocks = ceil_div(bytes, kMaxSliceBytes);
       if (V % kVec<T> != 0 || !aligned16({logits.raw_data(), dlogits.raw_data()}) ||
           blocks > kMaxClusterBlocks)
         return;
+      row_loss = Tensor::empty({N}, DType::F32, logits.device());
       const int64_t slice_vectors = ceil_div(V / kVec<T>, blocks);
       const size_t shared_bytes = static_cast<size_t>(slice_vectors) * 16;
       dispatch_cuda_index(targets, "cross_entropy", "targets", [&](auto index_tag) {
@@ -298,14 +271,13 @@ void cross_entropy_forward_grad_cuda(const Tensor& logits, const Tensor& targets
         CUDA_CHECK(allowed);
         launch_dependent_clusters(
             "cross_entropy_grad_cluster_kernel", kernel, dim3(static_cast<unsigned>(N * blocks)),
-            dim3(static_cast<unsigned>(form.threads)), static_cast<unsigned>(blocks), shared_bytes,
-            stream, ptr<const T>(logits), ptr<const I>(targets), V, slice_vectors, ignore_index,
-            kept, ptr<float>(lse), ptr<float>(row_loss), ptr<T>(dlogits));
+            dim3(kSliceThreads), static_cast<unsigned>(blocks), shared_bytes, stream,
+            ptr<const T>(logits), ptr<const I>(targets), V, slice_vectors, ignore_index, kept,
+            ptr<float>(lse), ptr<float>(row_loss), ptr<T>(dlogits));
       });
-      clustered = true;
     });
   }
-  if (!clustered) {  // the two kernels; the backward reads each element before writing it
+  if (!row_loss.defined()) {  // the two kernels; the backward reads each element before writing it
     cross_entropy_forward_cuda(logits, targets, ignore_index, kept, lse, loss);
     const Tensor one = Tensor::full({}, 1.0, DType::F32, logits.device());  // () dloss = 1
     cross_entropy_backward_cuda(logits, targets, lse, one, ignore_index, kept, dlogits);
