@@ -22,6 +22,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "../cuda_common.cuh"
 #include "../row_reduce.cuh"
@@ -94,6 +96,52 @@ __global__ void __launch_bounds__(1024)
 constexpr int kSliceThreads = 512;
 constexpr int64_t kMaxSliceBytes = 80 * 1024;  // two blocks an SM
 constexpr int kMaxClusterBlocks = 8;           // the portable cluster size
+// 16-byte loads a thread of the largest slice, each its own cp.async group, so a load's
+// statistics run while the later loads are still in flight.
+constexpr int kSliceLoads = static_cast<int>(kMaxSliceBytes / 16 / kSliceThreads);
+static_assert(kMaxSliceBytes % (16 * kSliceThreads) == 0);
+constexpr float kLog2e = 1.4426950408889634f;
+
+// 2^x on the special function unit, subnormal results flushed to 0: exp(x − m) as
+// 2^(x·log2 e − m·log2 e) is one FFMA and this, where expf is several instructions.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// OnlineSum's update (row_reduce.cuh) over the kN elements of one 16-byte load, with base-2
+// exponentials: the max moves once a load, and a finite max costs each element one FFMA,
+// one ex2 and one add. A non-finite max keeps row_stats' meaning: under +inf each +inf adds 1
+// (so lse = +inf), under −inf nothing is added; NaN always poisons the sum.
+template <int kN>
+__device__ __forceinline__ void online_add_exp2(OnlineSum& a, const float (&x)[kN]) {
+  float m = a.m;
+#pragma unroll
+  for (int e = 0; e < kN; ++e) m = fmaxf(m, x[e]);  // NaN is skipped here, caught below
+  if (m > a.m) {
+    a.s = a.s == 0.0f ? 0.0f : a.s * exp2_ftz((a.m - m) * kLog2e);
+    a.m = m;
+  }
+  float terms = 0.0f;
+  if (isfinite(a.m)) {
+    const float base = a.m * kLog2e;
+#pragma unroll
+    for (int e = 0; e < kN; ++e) terms += exp2_ftz(fmaf(x[e], kLog2e, -base));
+  } else {
+#pragma unroll
+    for (int e = 0; e < kN; ++e)
+      terms += x[e] != x[e] ? x[e] : (x[e] == a.m && a.m > 0.0f ? 1.0f : 0.0f);
+  }
+  a.s += terms;
+}
+
+// Calls f(std::integral_constant<int, i>{}) for i = 0 … kN − 1 (a load's index as a
+// constant, for cp.async.wait_group).
+template <class F, int... kI>
+__device__ __forceinline__ void for_each_index(F&& f, std::integer_sequence<int, kI...>) {
+  (f(std::integral_constant<int, kI>{}), ...);
+}
 
 // logits, dlogits (N, V) (dlogits may be logits); targets, lse, row_loss (N); V a multiple of
 // kVec<T>, rows 16-byte aligned; gridDim.x = N · the cluster's blocks.
@@ -114,21 +162,38 @@ __global__ void __launch_bounds__(kSliceThreads)
   const int64_t count = std::max<int64_t>(0, std::min(slice_vectors, V / kVec<T> - first));
   enter_dependent_grid();
 
+  // Thread x owns vectors x + i·kSliceThreads, i < kSliceLoads; load i is cp.async group i.
   const Vec16<T>* src = reinterpret_cast<const Vec16<T>*>(logits + r * V) + first;  // (count)
-  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) copy16_async(&slice[j], &src[j], true);
-  commit_async();
-  wait_async<0>();  // each thread reads back only the vectors it copied
-  // The slice's (max, Σ exp(x − max)) and, below, its gradient, by the row helpers that the
-  // forward and backward kernels use, over the slice in shared memory.
-  const T* slice_row = reinterpret_cast<const T*>(slice);  // (count · kVec)
-  const RowGroup g = row_group<false>();
-  const RowStats st = row_stats<false>(slice_row, count * kVec<T>, true, g, scratch);
-  const float m = st.max, s = st.sum;
+#pragma unroll
+  for (int i = 0; i < kSliceLoads; ++i) {
+    const int64_t j = threadIdx.x + static_cast<int64_t>(i) * kSliceThreads;
+    if (j < count) copy16_async(&slice[j], &src[j], true);
+    commit_async();
+  }
+  // The slice's (max, Σ exp(x − max)), each load as it lands; each thread reads back only the
+  // vectors it copied.
+  OnlineSum a;
+  for_each_index(
+      [&](auto load) {
+        constexpr int i = decltype(load)::value;
+        wait_async<kSliceLoads - 1 - i>();
+        const int64_t j = threadIdx.x + static_cast<int64_t>(i) * kSliceThreads;
+        if (j >= count) return;
+        const Vec16<T> v = slice[j];
+        float x[kVec<T>];
+#pragma unroll
+        for (int e = 0; e < kVec<T>; ++e) x[e] = to_float(v.v[e]);
+        online_add_exp2(a, x);
+      },
+      std::make_integer_sequence<int, kSliceLoads>{});
+  const float m = block_max(a.m, scratch);
+  const float s =
+      block_sum(a.s == 0.0f ? 0.0f : a.s * exp2_ftz((a.m - m) * kLog2e), scratch);  // NaN kept
   if (threadIdx.x == 0) {
     partial[0] = m;
     partial[1] = s;
   }
-  cluster.sync();  // every block's pair written; every block's slice in its shared memory
+  cluster.sync();  // every block's pair written
   float row_max = -INFINITY, row_sum = 0.0f;
   for (unsigned b = 0; b < blocks; ++b)
     row_max = fmaxf(row_max, *cluster.map_shared_rank(&partial[0], b));
@@ -143,22 +208,38 @@ __global__ void __launch_bounds__(kSliceThreads)
   const int64_t t = static_cast<int64_t>(targets[r]);
   const bool ignored = t == ignore_index;
   const int64_t begin = first * kVec<T>, end = (first + count) * kVec<T>;  // this slice
+  const T* slice_row = reinterpret_cast<const T*>(slice);                  // (count · kVec)
   if (threadIdx.x == 0) {
     if (rank == 0) lse[r] = row_lse;
     // As cross_entropy_rows_kernel: 0 when ignored, NaN for an id outside [0, V).
     if (ignored || t < 0 || t >= V) {
       if (rank == 0) row_loss[r] = ignored ? 0.0f : NAN;
     } else if (t >= begin && t < end) {
-      row_loss[r] = row_lse - to_float(slice[(t - begin) / kVec<T>].v[(t - begin) % kVec<T>]);
+      row_loss[r] = row_lse - to_float(slice_row[t - begin]);
     }
   }
-  // dloss = 1: the backward kernel's scale, dloss / kept, with dloss = 1.
-  const float scale = kept > 0 ? 1.0f / static_cast<float>(kept) : 0.0f;
-  transform_row(slice_row, dlogits + r * V + begin, count * kVec<T>, true, g,
-                [&](int64_t i, float x) {
-                  if (ignored) return 0.0f;
-                  return scale * (expf(x - row_lse) - (begin + i == t ? 1.0f : 0.0f));
-                });
+  // The gradient for dloss = 1: (exp(x − lse) − onehot) / kept, 0 on an ignored row. Every
+  // element is written as exp(x − lse) / kept; the thread that wrote the target's vector then
+  // writes the target again with the onehot subtracted (its own store, in program order).
+  const float scale = kept > 0 && !ignored ? 1.0f / static_cast<float>(kept) : 0.0f;
+  const float base = row_lse * kLog2e;
+  Vec16<T>* out = reinterpret_cast<Vec16<T>*>(dlogits + r * V) + first;  // (count)
+#pragma unroll
+  for (int i = 0; i < kSliceLoads; ++i) {
+    const int64_t j = threadIdx.x + static_cast<int64_t>(i) * kSliceThreads;
+    if (j >= count) break;
+    const Vec16<T> v = slice[j];
+    Vec16<T> o;
+#pragma unroll
+    for (int e = 0; e < kVec<T>; ++e)
+      o.v[e] =
+          from_float<T>(ignored ? 0.0f : scale * exp2_ftz(fmaf(to_float(v.v[e]), kLog2e, -base)));
+    out[j] = o;
+  }
+  if (!ignored && t >= begin && t < end && (t - begin) / kVec<T> % kSliceThreads == threadIdx.x) {
+    const float p = exp2_ftz(fmaf(to_float(slice_row[t - begin]), kLog2e, -base));
+    dlogits[r * V + t] = from_float<T>(scale * (p - 1.0f));
+  }
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
