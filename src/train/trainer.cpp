@@ -136,8 +136,9 @@ Tensor Trainer::mean_loss(const Tensor& inputs, const Tensor& targets) const {
                                      targets.reshape({-1}), -100, DType::F32,
                                      options_.loss_chunk);  // ()
   }
-  if (switch_on("MICROLLM_FUSED_LOSS")) {
-    // The logits' gradient written in the forward, over the logits (one (N, V) tensor).
+  if (!switch_off("MICROLLM_FUSED_LOSS")) {
+    // The logits' gradient written in the forward, over the logits (one (N, V) tensor);
+    // MICROLLM_FUSED_LOSS=0 takes the whole logits and cross_entropy's own backward.
     const Tensor h = model_->hidden(inputs);  // (B, T, C)
     return ops::lm_head_cross_entropy(h.reshape({rows, -1}), model_->lm_head_weight(),
                                       targets.reshape({-1}), -100, DType::F32);  // ()

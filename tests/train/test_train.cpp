@@ -246,8 +246,9 @@ TEST(Trainer, ChunkedLossTrainsLikeTheWholeLogits) {
   fs::remove_all(dir);
 }
 
-// MICROLLM_FUSED_LOSS=1: the LM head and loss as lm_head_cross_entropy. On the CPU, with one
-// micro-batch (dloss = 1), the same logits, gradient formula and products: the same bits.
+// The LM head and loss as lm_head_cross_entropy (the default) against the whole logits
+// (MICROLLM_FUSED_LOSS=0). On the CPU, with one micro-batch (dloss = 1), the same logits,
+// gradient formula and products: the same bits.
 TEST(Trainer, FusedLossTrainsWithTheBitsOfTheWholeLogits) {
   const fs::path dir = temp_dir("fused_loss");
   const int64_t vocab = 32;
@@ -261,7 +262,11 @@ TEST(Trainer, FusedLossTrainsWithTheBitsOfTheWholeLogits) {
   o.seed = 6;
   train::Trainer whole(tiny_config(vocab), o), fused(tiny_config(vocab), o);
   for (int i = 0; i < 3; ++i) {
-    const double a = whole.train_step(data).loss;
+    double a = 0.0;
+    {
+      const microllm::testing::ScopedEnv off("MICROLLM_FUSED_LOSS", "0");
+      a = whole.train_step(data).loss;
+    }
     const microllm::testing::ScopedEnv on("MICROLLM_FUSED_LOSS", "1");
     EXPECT_EQ(a, fused.train_step(data).loss) << "step " << i + 1;
   }

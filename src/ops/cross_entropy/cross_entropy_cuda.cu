@@ -103,7 +103,10 @@ static_assert(kMaxSliceBytes % (16 * kSliceThreads) == 0);
 constexpr float kLog2e = 1.4426950408889634f;
 
 // 2^x on the special function unit, subnormal results flushed to 0: exp(x − m) as
-// 2^(x·log2 e − m·log2 e) is one FFMA and this, where expf is several instructions.
+// 2^(x·log2 e − m·log2 e) is one FFMA and this, where expf is several instructions. That form
+// rounds m·log2 e (an error of up to 2^−24·|m·log2 e| in the exponent), which a sum of many
+// terms does not notice; the gradient, compared element by element, takes 2^((x − lse)·log2 e),
+// exact where x = lse (p − 1 = 0 for a certain target, as expf gives).
 __device__ __forceinline__ float exp2_ftz(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -222,7 +225,6 @@ __global__ void __launch_bounds__(kSliceThreads)
   // element is written as exp(x − lse) / kept; the thread that wrote the target's vector then
   // writes the target again with the onehot subtracted (its own store, in program order).
   const float scale = kept > 0 && !ignored ? 1.0f / static_cast<float>(kept) : 0.0f;
-  const float base = row_lse * kLog2e;
   Vec16<T>* out = reinterpret_cast<Vec16<T>*>(dlogits + r * V) + first;  // (count)
 #pragma unroll
   for (int i = 0; i < kSliceLoads; ++i) {
@@ -233,11 +235,11 @@ __global__ void __launch_bounds__(kSliceThreads)
 #pragma unroll
     for (int e = 0; e < kVec<T>; ++e)
       o.v[e] =
-          from_float<T>(ignored ? 0.0f : scale * exp2_ftz(fmaf(to_float(v.v[e]), kLog2e, -base)));
+          from_float<T>(ignored ? 0.0f : scale * exp2_ftz((to_float(v.v[e]) - row_lse) * kLog2e));
     out[j] = o;
   }
   if (!ignored && t >= begin && t < end && (t - begin) / kVec<T> % kSliceThreads == threadIdx.x) {
-    const float p = exp2_ftz(fmaf(to_float(slice_row[t - begin]), kLog2e, -base));
+    const float p = exp2_ftz((to_float(slice_row[t - begin]) - row_lse) * kLog2e);
     dlogits[r * V + t] = from_float<T>(scale * (p - 1.0f));
   }
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
