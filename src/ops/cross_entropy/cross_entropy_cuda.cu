@@ -12,7 +12,8 @@
 //             ignored row. dloss is read on the device: no host synchronization.
 //   forward with the gradient (dloss = 1)  one row per thread-block cluster: each block of
 //             the cluster copies its slice of the row into shared memory, reduces it to
-//             (max, Σ exp(x − max)); the blocks read each other's pair through distributed
+//             (max, Σ exp(x − max)) as its loads land, with base-2 exponentials on the
+//             special function unit; the blocks read each other's pair through distributed
 //             shared memory, in rank order (the same lse in every block), and write their
 //             slice of the gradient from shared memory. The logits are read once, where the
 //             forward and backward kernels read them twice. Rows too long for the largest
@@ -115,8 +116,8 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 
 // OnlineSum's update (row_reduce.cuh) over the kN elements of one 16-byte load, with base-2
 // exponentials: the max moves once a load, and a finite max costs each element one FFMA,
-// one ex2 and one add. A non-finite max keeps row_stats' meaning: under +inf each +inf adds 1
-// (so lse = +inf), under −inf nothing is added; NaN always poisons the sum.
+// one ex2 and one add. A non-finite max keeps online_add_many's terms (row_reduce.cuh): under
+// +inf each +inf adds 1, under −inf nothing is added; NaN always poisons the sum.
 template <int kN>
 __device__ __forceinline__ void online_add_exp2(OnlineSum& a, const float (&x)[kN]) {
   float m = a.m;
