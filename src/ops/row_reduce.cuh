@@ -132,19 +132,48 @@ struct RowStats {
   float sum;
 };
 
+constexpr float kLog2e = 1.4426950408889634f;
+
+// 2^x on the special function unit, subnormal results flushed to 0: exp(x − m) as
+// 2^(x·log2 e − m·log2 e) is one FFMA and this, where expf is several instructions. That form
+// rounds m·log2 e (an error of up to 2^−24·|m·log2 e| in the exponent), which a sum of many
+// terms does not notice; an element compared on its own wants 2^((x − m)·log2 e), exact where
+// x = m.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // online_add over the kN elements of one 16-byte load at once: the running max moves once,
 // to the largest of them, and their kN exponentials are independent of each other, so they
 // overlap instead of forming a chain of dependent expf calls (the rows are bandwidth-bound
 // only while the loads are not waiting for that chain). An element equal to the max adds 1,
-// as online_add's new-max branch does, so a single +inf still gives s = 1.
-template <int kN>
+// as online_add's new-max branch does, so a single +inf still gives s = 1. kBase2 takes
+// exp2_ftz's form: one FFMA, one ex2 and one add an element while the max is finite; under a
+// non-finite max the same terms as the expf form.
+template <int kN, bool kBase2 = false>
 __device__ __forceinline__ void online_add_many(OnlineSum& a, const float (&x)[kN]) {
   float m = a.m;
 #pragma unroll
   for (int e = 0; e < kN; ++e) m = fmaxf(m, x[e]);  // NaN is skipped here, caught below
   if (m > a.m) {
-    a.s = a.s == 0.0f ? 0.0f : a.s * expf(a.m - m);
+    a.s = a.s == 0.0f ? 0.0f : a.s * (kBase2 ? exp2_ftz((a.m - m) * kLog2e) : expf(a.m - m));
     a.m = m;
+  }
+  if constexpr (kBase2) {
+    float terms = 0.0f;
+    if (isfinite(a.m)) {
+      const float base = a.m * kLog2e;
+#pragma unroll
+      for (int e = 0; e < kN; ++e) terms += exp2_ftz(fmaf(x[e], kLog2e, -base));
+    } else {
+#pragma unroll
+      for (int e = 0; e < kN; ++e)
+        terms += x[e] != x[e] ? x[e] : (x[e] == a.m && a.m > 0.0f ? 1.0f : 0.0f);
+    }
+    a.s += terms;
+    return;
   }
   if (a.m == -INFINITY) {  // every element so far masked; a NaN among them still poisons
 #pragma unroll

@@ -101,45 +101,6 @@ constexpr int kMaxClusterBlocks = 8;           // the portable cluster size
 // statistics run while the later loads are still in flight.
 constexpr int kSliceLoads = static_cast<int>(kMaxSliceBytes / 16 / kSliceThreads);
 static_assert(kMaxSliceBytes % (16 * kSliceThreads) == 0);
-constexpr float kLog2e = 1.4426950408889634f;
-
-// 2^x on the special function unit, subnormal results flushed to 0: exp(x − m) as
-// 2^(x·log2 e − m·log2 e) is one FFMA and this, where expf is several instructions. That form
-// rounds m·log2 e (an error of up to 2^−24·|m·log2 e| in the exponent), which a sum of many
-// terms does not notice; the gradient, compared element by element, takes 2^((x − lse)·log2 e),
-// exact where x = lse (p − 1 = 0 for a certain target, as expf gives).
-__device__ __forceinline__ float exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// OnlineSum's update (row_reduce.cuh) over the kN elements of one 16-byte load, with base-2
-// exponentials: the max moves once a load, and a finite max costs each element one FFMA,
-// one ex2 and one add. A non-finite max keeps online_add_many's terms (row_reduce.cuh): under
-// +inf each +inf adds 1, under −inf nothing is added; NaN always poisons the sum.
-template <int kN>
-__device__ __forceinline__ void online_add_exp2(OnlineSum& a, const float (&x)[kN]) {
-  float m = a.m;
-#pragma unroll
-  for (int e = 0; e < kN; ++e) m = fmaxf(m, x[e]);  // NaN is skipped here, caught below
-  if (m > a.m) {
-    a.s = a.s == 0.0f ? 0.0f : a.s * exp2_ftz((a.m - m) * kLog2e);
-    a.m = m;
-  }
-  float terms = 0.0f;
-  if (isfinite(a.m)) {
-    const float base = a.m * kLog2e;
-#pragma unroll
-    for (int e = 0; e < kN; ++e) terms += exp2_ftz(fmaf(x[e], kLog2e, -base));
-  } else {
-#pragma unroll
-    for (int e = 0; e < kN; ++e)
-      terms += x[e] != x[e] ? x[e] : (x[e] == a.m && a.m > 0.0f ? 1.0f : 0.0f);
-  }
-  a.s += terms;
-}
-
 // Calls f(std::integral_constant<int, i>{}) for i = 0 … kN − 1 (a load's index as a
 // constant, for cp.async.wait_group).
 template <class F, int... kI>
@@ -187,7 +148,7 @@ __global__ void __launch_bounds__(kSliceThreads)
         float x[kVec<T>];
 #pragma unroll
         for (int e = 0; e < kVec<T>; ++e) x[e] = to_float(v.v[e]);
-        online_add_exp2(a, x);
+        online_add_many<kVec<T>, true>(a, x);
       },
       std::make_integer_sequence<int, kSliceLoads>{});
   const float m = block_max(a.m, scratch);
