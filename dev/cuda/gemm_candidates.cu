@@ -19,14 +19,14 @@
 
 #include "common.h"
 
-#define CUBLAS_CHECK(call)                                                                   \
-  do {                                                                                       \
-    const cublasStatus_t s_ = (call);                                                        \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                       \
+#define CUBLAS_CHECK(call)                                                                     \
+  do {                                                                                         \
+    const cublasStatus_t s_ = (call);                                                          \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
       std::fprintf(stderr, "cuBLAS error %d at %s:%d in %s\n", static_cast<int>(s_), __FILE__, \
-                   __LINE__, #call);                                                         \
-      std::exit(1);                                                                          \
-    }                                                                                        \
+                   __LINE__, #call);                                                           \
+      std::exit(1);                                                                            \
+    }                                                                                          \
   } while (0)
 
 namespace {
@@ -87,9 +87,9 @@ int main() {
   // (name, M, N, K, trans_a, trans_b, count a step)
   std::vector<Product> products;
   auto linear = [&](const std::string& name, int64_t in, int64_t out, int count) {
-    products.push_back({name + " fwd", T, out, in, false, true, count});    // x (T,in)·W(out,in)ᵀ
-    products.push_back({name + " dx", T, in, out, false, false, count});    // dy (T,out)·W
-    products.push_back({name + " dW", out, in, T, true, false, count});     // dy (T,out)ᵀ·x (T,in)
+    products.push_back({name + " fwd", T, out, in, false, true, count});  // x (T,in)·W(out,in)ᵀ
+    products.push_back({name + " dx", T, in, out, false, false, count});  // dy (T,out)·W
+    products.push_back({name + " dW", out, in, T, true, false, count});   // dy (T,out)ᵀ·x (T,in)
   };
   linear("qkv", H, QKV, 24);
   linear("o", H, H, 24);
@@ -133,8 +133,8 @@ int main() {
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws = kWorkspaceBytes;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                      &ws, sizeof(ws)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
     cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
     int found = 0;
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, op, la, lb, lc, lc, pref, kCandidates,
@@ -161,8 +161,8 @@ int main() {
     }
     const double flops = 2.0 * p.M * p.N * p.K;
     std::printf("%-14s %6ld %6ld %6ld %4d %9.1f %9.1f %6.3f %5d %9.0f %8.1e\n", p.name.c_str(),
-                long(p.M), long(p.N), long(p.K), found, first_us, best_us, first_us / best_us,
-                best, flops / best_us * 1e-6, worst_err);
+                long(p.M), long(p.N), long(p.K), found, first_us, best_us, first_us / best_us, best,
+                flops / best_us * 1e-6, worst_err);
     std::printf("    candidates (us):%s\n", all.c_str());
     step_first_us += p.count * first_us;
     step_best_us += p.count * best_us;

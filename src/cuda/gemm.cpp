@@ -13,18 +13,36 @@
 // K loop then produce every output tile, however many tiles M makes, so row r does not
 // depend on how many rows share the GEMM (tests/cuda/test_gemm_batch_invariant_cuda.cpp).
 // Alignment classes (16 bytes or not) stay in both keys: they change which kernels are legal.
+//
+// Measured plans (GemmMode::fast, on unless set_gemm_measured_plans(false) or
+// MICROLLM_GEMM_MEASURE=0). The heuristic's first candidate is not always its fastest: on the
+// training step's GEMMs others are up to 1.19× faster (dev/cuda/gemm_candidates.cu). For a
+// problem of at least kMeasuredMinFlops with 16-byte aligned operands, outside a graph
+// capture, the plan is chosen once by running the heuristic's candidates on the call's own
+// operands: a candidate qualifies only if its output has the first candidate's bits (the
+// fingerprint of src/cuda/output_fingerprint.h), and the fastest qualifying one is kept.
+// Candidates with another summation order (split-K, other K tiling) write other bits on
+// dense data, so the plan gives the first candidate's results whatever the timings say, and
+// runs, resumes and tests keep their bits. An output with more than half of its elements
+// +0 is too sparse to tell orders apart; its plan is the first candidate.
 #include "microllm/cuda/gemm.h"
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
 #include <tuple>
+#include <vector>
 
 #include "microllm/cuda/allocator.h"
 #include "microllm/cuda/check.h"
 #include "microllm/cuda/runtime.h"
+#include "output_fingerprint.h"
 
 namespace microllm::cuda {
 namespace {
@@ -36,6 +54,16 @@ constexpr int64_t kInvariantM = 256;
 constexpr int kInvariantCandidates = 16;  // heuristic results scanned for one without split-K
 
 std::atomic<bool> g_allow_tf32{false};
+std::atomic<int> g_measured_plans{-1};  // -1: not read from the environment yet
+
+// Measured plans (see the file comment): problems below this many FLOPs keep the first
+// candidate (a microsecond's difference does not pay for the measurement); up to
+// kMeasuredCandidates heuristic results are tried, each timed over kTimedSamples samples of
+// kRunsPerSample back-to-back runs after one warm-up run.
+constexpr double kMeasuredMinFlops = 2.0e9;
+constexpr int kMeasuredCandidates = 16;
+constexpr int kTimedSamples = 5;
+constexpr int kRunsPerSample = 3;
 
 // A rank-3 operand as cuBLASLt will read it: a (possibly flipped) dense row-major matrix.
 struct Operand {
@@ -106,9 +134,11 @@ void* workspace_for(const Stream& stream) {
 
 // Everything that decides the algorithm choice.
 using ShapeKey = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
-                            int64_t, int64_t, int64_t, int64_t, bool, bool>;
+                            int64_t, int64_t, int64_t, int64_t, bool, bool, bool>;
 std::mutex g_cache_mutex;
 std::map<ShapeKey, cublasLtMatmulAlgo_t> g_algorithms;
+int64_t g_measured_plans_made = 0;
+int64_t g_measured_plans_not_first = 0;
 
 // A batch-invariant plan: the key has no M (and no M-dependent stride of a or out).
 struct InvariantPlan {
@@ -255,7 +285,63 @@ cublasLtMatmulAlgo_t choose_invariant_algorithm(cublasLtHandle_t handle, cublasL
                 dtype, bias.defined() ? " with bias" : "", " (", found, " candidates)");
 }
 
+// Median microseconds of one run of `algo` (see kTimedSamples); infinity when it fails.
+double median_run_us(const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>& run,
+                     const cublasLtMatmulAlgo_t& algo, const Stream& stream) {
+  if (run(algo) != CUBLAS_STATUS_SUCCESS) return std::numeric_limits<double>::infinity();
+  Event start(true), stop(true);
+  std::vector<double> us;
+  for (int sample = 0; sample < kTimedSamples; ++sample) {
+    start.record(stream);
+    for (int r = 0; r < kRunsPerSample; ++r) CUBLAS_CHECK(run(algo));
+    stop.record(stream);
+    stop.synchronize();
+    us.push_back(1000.0 * start.elapsed_ms(stop) / kRunsPerSample);
+  }
+  std::nth_element(us.begin(), us.begin() + kTimedSamples / 2, us.end());
+  return us[kTimedSamples / 2];
+}
+
+// The measured plan (see the file comment): the fastest of `found` heuristic results whose
+// output on the call's operands has the bits of results[0]'s. `run` writes `out`.
+cublasLtMatmulAlgo_t choose_measured_algorithm(
+    const cublasLtMatmulHeuristicResult_t* results, int found,
+    const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>& run, const Tensor& out,
+    const Stream& stream) {
+  CUBLAS_CHECK(run(results[0].algo));
+  const OutputFingerprint reference = output_fingerprint(out);
+  const int64_t units = out.numel() * static_cast<int64_t>(dtype_size(out.dtype())) / 2;
+  if (found < 2 || reference.nonzero_units * 2 < units) return results[0].algo;
+  int best = 0;
+  double best_us = median_run_us(run, results[0].algo, stream);
+  for (int i = 1; i < found; ++i) {
+    if (run(results[i].algo) != CUBLAS_STATUS_SUCCESS) continue;
+    if (!(output_fingerprint(out) == reference)) continue;
+    const double us = median_run_us(run, results[i].algo, stream);
+    if (us < best_us) best = i, best_us = us;
+  }
+  return results[best].algo;
+}
+
 }  // namespace
+
+void set_gemm_measured_plans(bool on) { g_measured_plans = on ? 1 : 0; }
+
+bool gemm_measured_plans() {
+  int value = g_measured_plans.load(std::memory_order_relaxed);
+  if (value < 0) {
+    const char* env = std::getenv("MICROLLM_GEMM_MEASURE");
+    int expected = -1;
+    g_measured_plans.compare_exchange_strong(expected, env && std::strcmp(env, "0") == 0 ? 0 : 1);
+    value = g_measured_plans.load();
+  }
+  return value == 1;
+}
+
+GemmMeasuredPlanCounts gemm_measured_plan_counts() {
+  std::lock_guard<std::mutex> lock(g_cache_mutex);
+  return {g_measured_plans_made, g_measured_plans_not_first};
+}
 
 void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 bool allow_tf32() { return g_allow_tf32; }
@@ -329,7 +415,8 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
                        ob.batch_stride,
                        alignment,
                        bias.defined(),
-                       tf32};
+                       tf32,
+                       false};
     std::lock_guard<std::mutex> lock(g_cache_mutex);
     auto it = g_invariant_plans.find(key);
     if (it == g_invariant_plans.end()) {
@@ -346,6 +433,8 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
     }
     algorithm = it->second.algorithm;
   } else {
+    const bool measure = gemm_measured_plans() && alignment == 7 && !is_capturing(stream) &&
+                         2.0 * static_cast<double>(M) * N * K * batch >= kMeasuredMinFlops;
     const ShapeKey key{device.index,
                        static_cast<int>(out.dtype()),
                        ob.transposed,
@@ -360,7 +449,8 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
                        ob.batch_stride,
                        alignment & 3,
                        bias.defined(),
-                       tf32};
+                       tf32,
+                       measure};
     std::lock_guard<std::mutex> lock(g_cache_mutex);
     auto it = g_algorithms.find(key);
     if (it != g_algorithms.end()) {
@@ -370,13 +460,27 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
       const uint64_t ws = kWorkspaceBytes;
       CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
           d.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-      cublasLtMatmulHeuristicResult_t result{};
+      cublasLtMatmulHeuristicResult_t results[kMeasuredCandidates] = {};
       int found = 0;
-      CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c, d.preference, 1,
-                                                  &result, &found));
+      CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c, d.preference,
+                                                  measure ? kMeasuredCandidates : 1, results,
+                                                  &found));
       MICROLLM_CHECK(found > 0, "cuda gemm", "cuBLASLt found no algorithm for M=", M, " N=", N,
                      " K=", K, " batch=", batch, " dtype ", out.dtype());
-      algorithm = result.algo;
+      algorithm = results[0].algo;
+      if (measure) {
+        const float alpha = 1.0f, beta = 0.0f;
+        const auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+          return cublasLtMatmul(handle, d.op, &alpha, ob.tensor.raw_data(), d.a,
+                                oa.tensor.raw_data(), d.b, &beta, out.raw_data(), d.c,
+                                out.raw_data(), d.c, &algo, workspace, kWorkspaceBytes,
+                                stream.handle());
+        };
+        algorithm = choose_measured_algorithm(results, found, run, out, stream);
+        ++g_measured_plans_made;
+        if (std::memcmp(&algorithm, &results[0].algo, sizeof(algorithm)) != 0)
+          ++g_measured_plans_not_first;
+      }
       g_algorithms.emplace(key, algorithm);
     }
   }

@@ -16,10 +16,25 @@ namespace microllm::cuda {
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 
+// Measured plans for GemmMode::fast (src/cuda/gemm.cpp): for a problem of at least 2 GFLOP,
+// the fastest of cuBLASLt's candidates that write the heuristic's first candidate's bits,
+// chosen once on the first call. On by default; off with MICROLLM_GEMM_MEASURE=0 (read at
+// first use) or set_gemm_measured_plans(false). Either setting gives the same bits.
+// Process-wide; plans already made stay.
+void set_gemm_measured_plans(bool on);
+bool gemm_measured_plans();
+
+struct GemmMeasuredPlanCounts {
+  int64_t made = 0;       // plans chosen by measurement
+  int64_t not_first = 0;  // of them, plans that are not the heuristic's first candidate
+};
+GemmMeasuredPlanCounts gemm_measured_plan_counts();
+
 // How one call's algorithm is chosen. ops pass the calling thread's ops::GemmMode
 // (microllm/ops/gemm_mode.h), which is where training and inference set their policy.
 enum class GemmMode {
-  fast,  // the heuristic's pick for the exact (M, N, K, ...) problem; split-K allowed
+  fast,  // the heuristic's pick (or the measured plan) for the exact (M, N, K, ...) problem;
+         // split-K allowed
   // One algorithm per (N, K, batch, dtype, transposes, leading dims, alignment, bias, TF32),
   // chosen for M = 256 with no split-K and no reduction scheme, used for every M: row r of
   // out does not depend on M (holds for a read untransposed, as linear reads activations).
