@@ -3,8 +3,8 @@
 // add per warp into two 64-bit counters.
 #include "kernel_utils.cuh"
 #include "microllm/core/hash.h"
-#include "microllm/cuda/runtime.h"
 #include "microllm/cuda/check.h"
+#include "microllm/cuda/runtime.h"
 #include "output_fingerprint.h"
 
 namespace microllm::cuda {
@@ -35,8 +35,8 @@ __global__ void fingerprint_kernel(const uint16_t* units, int64_t count,
 
 OutputFingerprint output_fingerprint(const Tensor& t) {
   MICROLLM_CHECK(t.device().is_cuda() && t.is_contiguous() && dtype_size(t.dtype()) % 2 == 0,
-                 "output fingerprint", "expected a dense CUDA tensor of 2- or 4-byte elements, found ",
-                 t.describe());
+                 "output fingerprint",
+                 "expected a dense CUDA tensor of 2- or 4-byte elements, found ", t.describe());
   const Stream stream = current_stream(t.device());
   const Tensor sums = Tensor::zeros({2}, DType::I64, t.device());  // (2) [hash, nonzero]
   const int64_t count = t.numel() * static_cast<int64_t>(dtype_size(t.dtype())) / 2;

@@ -9,7 +9,7 @@
 namespace microllm::cuda {
 
 struct OutputFingerprint {
-  uint64_t hash = 0;          // Σ over the 2-byte units u_i of splitmix64((i << 16) | u_i), mod 2⁶⁴
+  uint64_t hash = 0;  // Σ over the 2-byte units u_i of splitmix64((i << 16) | u_i), mod 2⁶⁴
   int64_t nonzero_units = 0;  // units that are not 0x0000 (+0 in F16 and BF16)
   bool operator==(const OutputFingerprint&) const = default;
 };

@@ -55,8 +55,9 @@ TEST_P(CudaGemmMeasuredPlans, GiveTheBitsOfTheHeuristicsFirstCandidate) {
   const Case c = GetParam();
   MeasuredPlansSetting restore;
   Generator gen(5);
-  const Tensor a = randn(c.a, gen).to(c.dtype).to(kGpu);                                 // c.a
-  const Tensor b = randn(c.b, gen, DType::F32, Device::cpu(), 0.0, 0.05).to(c.dtype).to(kGpu);  // c.b
+  const Tensor a = randn(c.a, gen).to(c.dtype).to(kGpu);  // c.a
+  const Tensor b =
+      randn(c.b, gen, DType::F32, Device::cpu(), 0.0, 0.05).to(c.dtype).to(kGpu);     // c.b
   const Tensor bias = c.bias ? randn({c.b[0]}, gen).to(c.dtype).to(kGpu) : Tensor();  // (N)
 
   cuda::set_gemm_measured_plans(false);
@@ -103,7 +104,8 @@ TEST(CudaGemmMeasuredPlansGuards, AnAllZeroOutputKeepsTheFirstCandidate) {
   const Tensor out = ops::matmul(a, b);  // (M, N), 4.8 GFLOP of zeros
   const cuda::GemmMeasuredPlanCounts after = cuda::gemm_measured_plan_counts();
   EXPECT_EQ(after.made, before.made + 1);
-  EXPECT_EQ(after.not_first, before.not_first) << "a zero output cannot tell summation orders apart";
+  EXPECT_EQ(after.not_first, before.not_first)
+      << "a zero output cannot tell summation orders apart";
   EXPECT_TRUE(same_bits(out, Tensor::zeros({1536, 1536}, DType::BF16, kGpu)));
 }
 
