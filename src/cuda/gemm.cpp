@@ -32,7 +32,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -59,7 +58,7 @@ std::atomic<int> g_measured_plans{-1};  // -1: not read from the environment yet
 // Measured plans (see the file comment): problems below this many FLOPs keep the first
 // candidate (a microsecond's difference does not pay for the measurement); up to
 // kMeasuredCandidates heuristic results are tried, each timed over kTimedSamples samples of
-// kRunsPerSample back-to-back runs after one warm-up run.
+// kRunsPerSample back-to-back runs after the run whose output is compared.
 constexpr double kMeasuredMinFlops = 2.0e9;
 constexpr int kMeasuredCandidates = 16;
 constexpr int kTimedSamples = 5;
@@ -285,10 +284,10 @@ cublasLtMatmulAlgo_t choose_invariant_algorithm(cublasLtHandle_t handle, cublasL
                 dtype, bias.defined() ? " with bias" : "", " (", found, " candidates)");
 }
 
-// Median microseconds of one run of `algo` (see kTimedSamples); infinity when it fails.
+// Median microseconds of one run of `algo` (see kTimedSamples), which has just run once (its
+// fingerprint's run is the warm-up).
 double median_run_us(const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>& run,
                      const cublasLtMatmulAlgo_t& algo, const Stream& stream) {
-  if (run(algo) != CUBLAS_STATUS_SUCCESS) return std::numeric_limits<double>::infinity();
   Event start(true), stop(true);
   std::vector<double> us;
   for (int sample = 0; sample < kTimedSamples; ++sample) {
@@ -393,6 +392,13 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
   make_layout(&d.c, type, M, N, N, batch, M * N);
 
   void* workspace = workspace_for(stream);
+  // out = op(a)·op(b) (+ bias) with `algo`: the call itself, and each measured candidate.
+  const float alpha = 1.0f, beta = 0.0f;
+  const auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(handle, d.op, &alpha, ob.tensor.raw_data(), d.a, oa.tensor.raw_data(),
+                          d.b, &beta, out.raw_data(), d.c, out.raw_data(), d.c, &algo, workspace,
+                          kWorkspaceBytes, stream.handle());
+  };
   // Alignment of the pointers changes which kernels are legal.
   const int64_t alignment = (reinterpret_cast<uintptr_t>(oa.tensor.raw_data()) % 16 == 0) +
                             2 * (reinterpret_cast<uintptr_t>(ob.tensor.raw_data()) % 16 == 0) +
@@ -469,13 +475,6 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
                      " K=", K, " batch=", batch, " dtype ", out.dtype());
       algorithm = results[0].algo;
       if (measure) {
-        const float alpha = 1.0f, beta = 0.0f;
-        const auto run = [&](const cublasLtMatmulAlgo_t& algo) {
-          return cublasLtMatmul(handle, d.op, &alpha, ob.tensor.raw_data(), d.a,
-                                oa.tensor.raw_data(), d.b, &beta, out.raw_data(), d.c,
-                                out.raw_data(), d.c, &algo, workspace, kWorkspaceBytes,
-                                stream.handle());
-        };
         algorithm = choose_measured_algorithm(results, found, run, out, stream);
         ++g_measured_plans_made;
         if (std::memcmp(&algorithm, &results[0].algo, sizeof(algorithm)) != 0)
@@ -484,10 +483,7 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
       g_algorithms.emplace(key, algorithm);
     }
   }
-  const float alpha = 1.0f, beta = 0.0f;
-  CUBLAS_CHECK(cublasLtMatmul(handle, d.op, &alpha, ob.tensor.raw_data(), d.a, oa.tensor.raw_data(),
-                              d.b, &beta, out.raw_data(), d.c, out.raw_data(), d.c, &algorithm,
-                              workspace, kWorkspaceBytes, stream.handle()));
+  CUBLAS_CHECK(run(algorithm));
 }
 
 }  // namespace microllm::cuda
