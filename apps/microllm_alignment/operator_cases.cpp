@@ -131,6 +131,20 @@ const std::map<std::string, OpFn>& dispatch_table() {
            inv_freq = ops::rope_inv_freq(c.in("x").size(-1), c.arg<double>("theta"));
          return one(ops::rope(c.in("x"), c.in("positions"), inv_freq));
        }},
+      {"rope_qkv_heads",
+       [](const Call& c) {
+         // inv_freq from an input file when given (F64 cases), else rope_inv_freq(D, theta).
+         Tensor inv_freq = c.optional("inv_freq");
+         if (!inv_freq.defined())
+           inv_freq = ops::rope_inv_freq(c.in("qkv").size(-1), c.arg<double>("theta"));
+         const ops::QkvHeads heads =
+             ops::rope_qkv_heads(c.in("qkv"), c.arg<int64_t>("num_heads"),
+                                 c.arg<int64_t>("num_kv_heads"), c.in("positions"), inv_freq);
+         Outputs out = one(heads.q);
+         out.emplace_back("k", heads.k);
+         out.emplace_back("v", heads.v);
+         return out;
+       }},
       {"embedding", [](const Call& c) { return one(ops::embedding(c.in("weight"), c.in("ids"))); }},
       {"cross_entropy",
        [](const Call& c) {

@@ -137,10 +137,16 @@ Tensor Transformer::hidden(const Tensor& ids, const Tensor& positions_in,
         ops::split(gate_up, 2, {c.intermediate_size, c.intermediate_size});
     return ops::swiglu(halves[0], halves[1]);
   };
+  // Q, K and V from the joined projection's output (B, T, H + 2·Hkv, D):
+  //   - views, rope on the transposed query and key views, the values made dense by attention
+  //     (the default);
+  //   - with MICROLLM_FUSED_QKV_HEADS=1 and no q/k norm, ops::rope_qkv_heads: the same values
+  //     in one pass, and one pass back for the gradient (docs/optimization-log.md).
+  const bool fuse_qkv_heads = switch_on("MICROLLM_FUSED_QKV_HEADS");
   // Layer i: (x, h) → (the residual stream leaving it, the next norm's output). `watch`
   // says whether the observer sees its values (not when it is recomputed for backward).
-  auto layer = [this, &c, B, T, H, Hkv, D, eps, positions, attention_options, observe, mlp_act](
-                   int64_t i, const Tensor& x, const Tensor& h, bool watch) {
+  auto layer = [this, &c, B, T, H, Hkv, D, eps, positions, attention_options, observe, mlp_act,
+                fuse_qkv_heads](int64_t i, const Tensor& x, const Tensor& h, bool watch) {
     auto show = [&](const std::string& name, const Tensor& value) {
       if (watch && observe) observe(name, value);
     };
@@ -160,16 +166,23 @@ Tensor Transformer::hidden(const Tensor& ids, const Tensor& positions_in,
     // (B, T, H + 2·Hkv, D)
     const Tensor qkv = ops::linear(h, joined("weight"), c.qkv_bias ? joined("bias") : Tensor())
                            .view({B, T, H + 2 * Hkv, D});
-    // q (B, T, H, D), k and v (B, T, Hkv, D): views of qkv
-    const std::vector<Tensor> parts = ops::split(qkv, 2, {H, Hkv, Hkv});
-    Tensor q = parts[0], k = parts[1], v = parts[2];
-    if (c.qk_norm) {
-      q = ops::rms_norm(q, param(p + "self_attn.q_norm.weight"), eps);
-      k = ops::rms_norm(k, param(p + "self_attn.k_norm.weight"), eps);
+    // q (B, H, T, D), k and v (B, Hkv, T, D): the attention's operands
+    Tensor q, k, v;
+    if (fuse_qkv_heads && !c.qk_norm) {
+      ops::QkvHeads heads = ops::rope_qkv_heads(qkv, H, Hkv, positions, inv_freq_);
+      q = heads.q, k = heads.k, v = heads.v;
+    } else {
+      // q (B, T, H, D), k and v (B, T, Hkv, D): views of qkv
+      const std::vector<Tensor> parts = ops::split(qkv, 2, {H, Hkv, Hkv});
+      q = parts[0], k = parts[1], v = parts[2];
+      if (c.qk_norm) {
+        q = ops::rms_norm(q, param(p + "self_attn.q_norm.weight"), eps);
+        k = ops::rms_norm(k, param(p + "self_attn.k_norm.weight"), eps);
+      }
+      q = ops::rope(q.transpose(1, 2), positions, inv_freq_);  // (B, H, T, D)
+      k = ops::rope(k.transpose(1, 2), positions, inv_freq_);  // (B, Hkv, T, D)
+      v = v.transpose(1, 2);                                   // (B, Hkv, T, D)
     }
-    q = ops::rope(q.transpose(1, 2), positions, inv_freq_);  // (B, H, T, D)
-    k = ops::rope(k.transpose(1, 2), positions, inv_freq_);  // (B, Hkv, T, D)
-    v = v.transpose(1, 2);                                   // (B, Hkv, T, D)
     show(n + "attn.q", q);
     show(n + "attn.k", k);
     show(n + "attn.v", v);

@@ -23,4 +23,19 @@ Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq);
 // itself (in place); any other overlap is an Error.
 void rope_out(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, const Tensor& out);
 
+// The attention operands of a joined Q/K/V projection, in one pass each way. qkv (B, T,
+// H + 2·Hkv, D): heads [0, H) are the queries, [H, H + Hkv) the keys, the rest the values;
+// positions (T) or (B, T) integer; inv_freq (D/2) F32/F64. Returns dense
+//   q (B, H, T, D)   = rope(query heads, transposed),
+//   k (B, Hkv, T, D) = rope(key heads, transposed),
+//   v (B, Hkv, T, D) = the value heads, transposed,
+// the values (and bits) of split + rope(transpose) + contiguous, without the copies between
+// them; the backward writes dqkv (B, T, H + 2·Hkv, D) in one pass (rope's inverse on the query
+// and key heads, zeros for an output that received no gradient).
+struct QkvHeads {
+  Tensor q, k, v;
+};
+QkvHeads rope_qkv_heads(const Tensor& qkv, int64_t num_heads, int64_t num_kv_heads,
+                        const Tensor& positions, const Tensor& inv_freq);
+
 }  // namespace microllm::ops

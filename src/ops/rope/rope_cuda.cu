@@ -33,9 +33,7 @@ struct RowStrides {
 constexpr int kRun = 4;  // pairs a thread of rope_runs_kernel takes
 
 template <class T>
-struct alignas(kRun * sizeof(T)) Run {
-  T v[kRun];
-};
+using Run = RopeRun<T, kRun>;
 
 // x, y (B, H, T, D) with D = 2·half and row strides xs, ys; positions (B, T) with row stride
 // pos_stride (0 for (T)); inv_freq (half); pairs = B·H·T·half. I: the index type of the split.

@@ -19,4 +19,18 @@ void rope_cuda(const Tensor& x, const Tensor& positions, const Tensor& inv_freq,
                const Tensor& y);
 #endif
 
+// rope_qkv_heads in either direction. packed (B, T, H + 2·Hkv, D) dense; q (B, H, T, D), k and
+// v (B, Hkv, T, D) dense; positions and inv_freq as for rope. to_heads: q and k ← the rotated
+// query and key heads of packed, v ← its value heads. Otherwise (the backward) packed ← q and
+// k turned back (−θ) and v, where an undefined q, k or v gives zeros. All tensors in one
+// kernel dtype (CPU: F32/F64; CUDA: F32/BF16/F16), with the arithmetic of rope's kernels.
+void rope_qkv_heads_cpu(const Tensor& packed, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& positions, const Tensor& inv_freq, int64_t num_heads,
+                        int64_t num_kv_heads, bool to_heads);
+#if MICROLLM_WITH_CUDA
+void rope_qkv_heads_cuda(const Tensor& packed, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const Tensor& positions, const Tensor& inv_freq, int64_t num_heads,
+                         int64_t num_kv_heads, bool to_heads);
+#endif
+
 }  // namespace microllm::ops

@@ -1,6 +1,7 @@
-// The rotation of one RoPE pair, shared by rope_kernel (rope_cuda.cu), the fused
-// rope_kv_write kernel (kv_write/rope_kv_write_cuda.cu) and the decode GEMV's rope_kv_write
-// epilogue (matmul/gemv_cuda.cu), so all give the same bits.
+// The rotation of one RoPE pair, shared by rope_kernel (rope_cuda.cu), rope_qkv_heads
+// (rope_qkv_heads_cuda.cu), the fused rope_kv_write kernel (kv_write/rope_kv_write_cuda.cu)
+// and the decode GEMV's rope_kv_write epilogue (matmul/gemv_cuda.cu), so all give the same
+// bits.
 #pragma once
 
 namespace microllm::ops::cuda_detail {
@@ -20,5 +21,11 @@ __device__ __forceinline__ void rope_rotate(float x1, float x2, float angle, boo
   y1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
   y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
 }
+
+// R consecutive elements of a row, loaded or stored as one access (rope's runs of pairs).
+template <class T, int R>
+struct alignas(R * sizeof(T)) RopeRun {
+  T v[R];
+};
 
 }  // namespace microllm::ops::cuda_detail

@@ -64,6 +64,33 @@ def _rope(dt):
 for_dtypes(_rope)
 
 
+def _rope_qkv_heads(dt):
+    """The joined projection (B, T, H + 2·Hkv, D) as Hugging Face's attention takes it apart:
+    q, k, v = split along the heads, each transposed to (B, heads, T, D), rope on q and k."""
+    def ref(t, a):
+        H, Hkv = a["num_heads"], a["num_kv_heads"]
+        q, k, v = torch.split(t["qkv"], [H, Hkv, Hkv], dim=2)
+        inv = t["inv_freq"] if "inv_freq" in t else _hf_inv_freq(t["qkv"].shape[-1], a["theta"])
+        return {"out": _hf_rope(q.transpose(1, 2), t["positions"], inv),
+                "k": _hf_rope(k.transpose(1, 2), t["positions"], inv),
+                "v": v.transpose(1, 2)}
+
+    B, T = 2, 5
+    for name, H, Hkv, D, pos in [("gqa_D16", 4, 2, 16, torch.arange(3, 3 + T)),
+                                 ("mha_D8_per_batch", 2, 2, 8,
+                                  torch.tensor([[0, 9, 2, 31, 7], [500, 64, 1, 2, 3]],
+                                               dtype=torch.int32))]:
+        inputs = [Inp("qkv", randn((B, T, H + 2 * Hkv, D), dt)),
+                  Inp("positions", pos, grad=False)]
+        if dt == F64:
+            inputs.append(Inp("inv_freq", _hf_inv_freq(D, 1e6, torch.float64), grad=False))
+        add_case(name, "rope_qkv_heads", inputs, ref,
+                 args={"num_heads": H, "num_kv_heads": Hkv, "theta": 1e6}, dtype=dt)
+
+
+for_dtypes(_rope_qkv_heads)
+
+
 for D in (16, 64, 128):
     for theta in (1e4, 5e5, 1e6):
         add_case(f"D{D}_theta{theta:g}", "rope_inv_freq", [],

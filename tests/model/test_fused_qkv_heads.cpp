@@ -1,0 +1,47 @@
+// The model with MICROLLM_FUSED_QKV_HEADS=1 (ops::rope_qkv_heads in place of split, rope and
+// the values' copy) gives the loss and every parameter gradient bit for bit, for each family
+// (qwen3, with its q/k norms, keeps the unfused form) in F32 and F64.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "microllm/model/transformer.h"
+#include "model/tiny_config.h"
+#include "ops/op_test_util.h"
+#include "support/scoped_env.h"
+
+using namespace microllm;
+using microllm::testing::ScopedEnv;
+using microllm::testing::tiny_config;
+using microllm::testing::optest::same_bits;
+
+TEST(FusedQkvHeads, TransformerGradientsEqualTheUnfusedModelBitForBit) {
+  for (model::Family family : {model::Family::Qwen2, model::Family::Llama, model::Family::Qwen3})
+    for (DType dtype : {DType::F32, DType::F64}) {
+      const model::ModelConfig c = tiny_config(family);
+      const Tensor ids =
+          Tensor::from_vector(std::vector<int64_t>{1, 5, 9, 2, 36, 0, 7, 7, 3, 11, 30, 4}, {2, 6});
+      auto run = [&](const char* fused) {
+        const ScopedEnv env("MICROLLM_FUSED_QKV_HEADS", fused);
+        model::Transformer t(c, Device::cpu(), dtype, 17);
+        t.set_requires_grad(true);
+        const Tensor loss = model::Transformer::next_token_loss(t.forward(ids), ids);
+        loss.backward();
+        std::map<std::string, Tensor> grads;
+        for (const auto& [name, p] : t.parameters()) grads[name] = p.grad();
+        return std::pair{loss, grads};
+      };
+      const auto [loss_plain, grads_plain] = run("0");
+      const auto [loss_fused, grads_fused] = run("1");
+      const std::string where =
+          std::string(dtype_name(dtype)) + " family " + std::to_string(static_cast<int>(family));
+      EXPECT_TRUE(same_bits(loss_fused, loss_plain)) << where;
+      ASSERT_EQ(grads_fused.size(), grads_plain.size());
+      for (const auto& [name, g] : grads_plain) {
+        ASSERT_TRUE(g.defined()) << where << " " << name;
+        EXPECT_TRUE(same_bits(grads_fused.at(name), g)) << where << " " << name;
+      }
+    }
+}
