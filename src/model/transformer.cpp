@@ -138,11 +138,13 @@ Tensor Transformer::hidden(const Tensor& ids, const Tensor& positions_in,
     return ops::swiglu(halves[0], halves[1]);
   };
   // Q, K and V from the joined projection's output (B, T, H + 2·Hkv, D):
-  //   - views, rope on the transposed query and key views, the values made dense by attention
-  //     (the default);
-  //   - with MICROLLM_FUSED_QKV_HEADS=1 and no q/k norm, ops::rope_qkv_heads: the same values
-  //     in one pass, and one pass back for the gradient (docs/optimization-log.md).
-  const bool fuse_qkv_heads = switch_on("MICROLLM_FUSED_QKV_HEADS");
+  //   - without q/k norms (the default; MICROLLM_FUSED_QKV_HEADS=0 gives the unfused form,
+  //     docs/optimization-log.md), ops::rope_qkv_heads: the dense operands in one pass, and
+  //     one pass back for the gradient;
+  //   - unfused (and with q/k norms, which sit between the split and rope): views, rope on
+  //     the transposed query and key views, the values made dense by attention.
+  // Both give the same bits.
+  const bool fuse_qkv_heads = !switch_off("MICROLLM_FUSED_QKV_HEADS");
   // Layer i: (x, h) → (the residual stream leaving it, the next norm's output). `watch`
   // says whether the observer sees its values (not when it is recomputed for backward).
   auto layer = [this, &c, B, T, H, Hkv, D, eps, positions, attention_options, observe, mlp_act,

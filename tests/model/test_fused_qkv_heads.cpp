@@ -1,4 +1,4 @@
-// The model with MICROLLM_FUSED_QKV_HEADS=1 (ops::rope_qkv_heads in place of split, rope and
+// The model with ops::rope_qkv_heads (the default) in place of split, rope and
 // the values' copy) gives the loss and every parameter gradient bit for bit, for each family
 // (qwen3, with its q/k norms, keeps the unfused form) in F32 and F64.
 #include <gtest/gtest.h>
