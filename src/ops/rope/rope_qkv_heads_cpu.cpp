@@ -37,8 +37,8 @@ void rope_qkv_heads_cpu(const Tensor& packed, const Tensor& q, const Tensor& k, 
             T_* row = pp + ((b * T + t) * heads + first[which] + h) * D;  // (D) of packed
             const Tensor& part = *parts[which];
             // (D) of the part's (B, heads, T, D), or none (a gradient that did not arrive)
-            T_* head = part.defined() ? part.data<T_>() + ((b * count[which] + h) * T + t) * D
-                                      : nullptr;
+            T_* head =
+                part.defined() ? part.data<T_>() + ((b * count[which] + h) * T + t) * D : nullptr;
             const T_* src = to_heads ? row : head;
             T_* dst = to_heads ? head : row;
             if (src == nullptr) {

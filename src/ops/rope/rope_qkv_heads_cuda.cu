@@ -38,9 +38,7 @@ __global__ void rope_qkv_heads_kernel(T* packed, T* q, T* k, T* v, const Index* 
     const I h = which == 0 ? j : which == 1 ? j - heads : j - heads - kv_heads;
     T* packed_row = packed + static_cast<int64_t>(row) * D;
     T* head_row =
-        part == nullptr
-            ? nullptr
-            : part + ((static_cast<int64_t>(b) * count + h) * seq + t) * D;
+        part == nullptr ? nullptr : part + ((static_cast<int64_t>(b) * count + h) * seq + t) * D;
     const T* src = to_heads ? packed_row : head_row;
     T* dst = to_heads ? head_row : packed_row;
     RopeRun<T, R> lo, hi;
@@ -56,8 +54,8 @@ __global__ void rope_qkv_heads_kernel(T* packed, T* q, T* k, T* v, const Index* 
 #pragma unroll
         for (int e = 0; e < R; ++e) {
           float y1, y2;
-          rope_rotate(to_float(lo.v[e]), to_float(hi.v[e]), position * inv_freq[i + e],
-                      !to_heads, y1, y2);
+          rope_rotate(to_float(lo.v[e]), to_float(hi.v[e]), position * inv_freq[i + e], !to_heads,
+                      y1, y2);
           lo.v[e] = from_float<T>(y1);
           hi.v[e] = from_float<T>(y2);
         }
@@ -83,17 +81,16 @@ void launch_qkv_heads(const Tensor& packed, const Tensor& q, const Tensor& k, co
   const auto on_runs = [](const void* p) {
     return p == nullptr || reinterpret_cast<uintptr_t>(p) % (4 * sizeof(T)) == 0;
   };
-  const bool runs4 = half % 4 == 0 && on_runs(packed.raw_data()) && on_runs(pq) &&
-                     on_runs(pk) && on_runs(pv);
+  const bool runs4 =
+      half % 4 == 0 && on_runs(packed.raw_data()) && on_runs(pq) && on_runs(pk) && on_runs(pv);
   const auto launch = [&](auto run_tag, auto index_tag) {
     constexpr int R = decltype(run_tag)::value;
     using I = decltype(index_tag);
     rope_qkv_heads_kernel<T, R, Index, I>
         <<<grid_for(pairs / R, kThreads), kThreads, 0, stream_of(packed)>>>(
             ptr<T>(packed), pq, pk, pv, ptr<const Index>(positions), pos_stride,
-            ptr<const float>(inv_freq), to_heads, static_cast<I>(pairs / R),
-            static_cast<I>(seq), static_cast<I>(heads), static_cast<I>(kv_heads),
-            static_cast<I>(half));
+            ptr<const float>(inv_freq), to_heads, static_cast<I>(pairs / R), static_cast<I>(seq),
+            static_cast<I>(heads), static_cast<I>(kv_heads), static_cast<I>(half));
   };
   const bool small = pairs < (int64_t{1} << 31);
   if (runs4)
@@ -129,8 +126,7 @@ void rope_qkv_heads_cuda(const Tensor& packed, const Tensor& q, const Tensor& k,
     case DType::F16:
       return run(__half{});
     default:
-      MICROLLM_FAIL("rope_qkv_heads", "CUDA kernels take f32, bf16 or f16, found ",
-                    packed.dtype());
+      MICROLLM_FAIL("rope_qkv_heads", "CUDA kernels take f32, bf16 or f16, found ", packed.dtype());
   }
 }
 

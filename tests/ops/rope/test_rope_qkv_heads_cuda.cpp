@@ -116,8 +116,8 @@ TEST(CudaRopeQkvHeads, ModelLossAndGradientsWithTheSwitchEqualWithout) {
   for (model::Family family : {model::Family::Qwen2, model::Family::Llama})
     for (DType dtype : {DType::F32, DType::BF16}) {
       const model::ModelConfig c = microllm::testing::tiny_config(family);
-      const Tensor ids = Tensor::from_vector(
-          std::vector<int64_t>{1, 5, 9, 2, 36, 0, 7, 7, 3, 11, 30, 4}, {2, 6});
+      const Tensor ids =
+          Tensor::from_vector(std::vector<int64_t>{1, 5, 9, 2, 36, 0, 7, 7, 3, 11, 30, 4}, {2, 6});
       auto run = [&](const char* fused) {
         const microllm::testing::ScopedEnv env("MICROLLM_FUSED_QKV_HEADS", fused);
         model::Transformer t(c, Device::cuda(0), dtype, 17);
