@@ -19,6 +19,7 @@ optimizer).
 import argparse
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -66,6 +67,14 @@ def stage_medians(stdout: str) -> dict[str, float] | None:
             return None
         out[name] = float(value.group(1))
     return out
+
+
+def kernel_switches(environ=os.environ) -> dict[str, str]:
+    """The MICROLLM_* switches set for the run (bench/kernel_switches.h names them), so that a
+    record of a side of an A/B says which it ran under; the commit and dirty overrides are
+    provenance, not switches."""
+    return {k: v for k, v in sorted(environ.items())
+            if k.startswith("MICROLLM_") and k not in ("MICROLLM_GIT_COMMIT", "MICROLLM_GIT_DIRTY")}
 
 
 def mfu(tokens_per_s: float | None, flops_per_token: float) -> float | None:
@@ -154,6 +163,8 @@ def main() -> int:
         config["attention"] = args.attention
     if args.recompute:
         config["recompute"] = True
+    if kernel_switches():
+        config["switches"] = kernel_switches()
     ours_rate = tokens / record.summarize(seconds)["median"]
     peer_rate = tokens / record.summarize(peer["samples"])["median"] if peer else None
     compiled_rate = tokens / record.summarize(compiled["seconds"])["median"] if compiled else None

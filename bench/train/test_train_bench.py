@@ -33,6 +33,14 @@ def test_stage_medians_without_the_line_is_none():
     assert run_train_bench.stage_medians(STAGE_OUTPUT.replace("optimizer", "opt")) is None
 
 
+def test_kernel_switches_leave_out_provenance():
+    env = {"MICROLLM_FUSED_QKV_HEADS": "0", "MICROLLM_GIT_COMMIT": "abc", "MICROLLM_GIT_DIRTY": "0",
+           "PATH": "/bin", "MICROLLM_GEMM_MEASURE": "0"}
+    assert run_train_bench.kernel_switches(env) == {"MICROLLM_FUSED_QKV_HEADS": "0",
+                                                    "MICROLLM_GEMM_MEASURE": "0"}
+    assert run_train_bench.kernel_switches({"MICROLLM_GIT_COMMIT": "abc"}) == {}
+
+
 def test_mfu():
     assert run_train_bench.mfu(None, 1e9) is None
     assert run_train_bench.mfu(794e3, 1e9) == pytest.approx(1.0)

@@ -6,9 +6,10 @@ The README shows benchmark figures only between marker lines
     <!-- records:ops:begin -->  ...  <!-- records:ops:end -->
 
 and every such block must equal what this tool generates from bench/records/. A record
-made with a dirty tree is never cited, nor one from another GPU than the README's (the H200;
-records from other cards stay in bench/records/ and are cited in the docs). For each case the
-newest clean record is used.
+made with a dirty tree is never cited, nor one run under MICROLLM_* switches (config.switches:
+not the default build), nor one from another GPU than the README's (the H200; records from
+other cards stay in bench/records/ and are cited in the docs). For each case the newest clean
+record is used.
 Kinds: ops, train, tokenizer, generate (decode throughput, bench/generate/run_generate_bench.py),
 serve (serving throughput, bench/serve/run_serve_bench.py).
 
@@ -48,6 +49,8 @@ def load_records(kind: str, records_dir: Path = RECORDS) -> list[dict]:
         record = json.loads(path.read_text())
         if record.get("git", {}).get("dirty", True) or "summary" not in record:
             continue
+        if (record.get("config") or {}).get("switches"):
+            continue  # a side of an A/B under MICROLLM_* switches: not the default build
         gpu = (record.get("host") or {}).get("gpu")
         if gpu and README_GPU not in gpu:
             continue

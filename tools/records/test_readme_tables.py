@@ -40,6 +40,21 @@ def test_records_from_another_gpu_are_not_cited(tmp_path):
     assert [r["git"]["commit"][0] for r in records] == ["a"]
 
 
+def test_records_run_under_switches_are_not_cited(tmp_path):
+    train = tmp_path / "train"
+    train.mkdir()
+    default = {"git": {"dirty": False, "commit": "a" * 40}, "created_utc": "2026-01-01T00:00:00Z",
+               "config": {"config": "c/qwen/config.json", "batch": 8, "seq": 1024},
+               "summary": {"median": 1.0}}
+    switched = dict(default, git={"dirty": False, "commit": "b" * 40},
+                    created_utc="2026-02-01T00:00:00Z",
+                    config=dict(default["config"], switches={"MICROLLM_FUSED_QKV_HEADS": "0"}))
+    (train / "1.json").write_text(__import__("json").dumps(default))
+    (train / "2.json").write_text(__import__("json").dumps(switched))  # newer, but switched
+    records = readme_tables.load_records("train", tmp_path)
+    assert [r["git"]["commit"][0] for r in records] == ["a"]
+
+
 def _generate_record(batch, context, commit, created, dirty=False, peers=True, mode=None):
     derived = {"microllm_decode_tokens_per_s": 1234.4, "microllm_ttft_ms": 5.25}
     case = f"m-b{batch}-c{context}-n128" + (f"-{mode}" if mode and mode != "graphs" else "")
