@@ -14,10 +14,10 @@ inline std::vector<std::pair<std::string, std::string>> kernel_switches() {
   std::vector<std::pair<std::string, std::string>> set;
   for (const char* name :
        {"MICROLLM_ADD_INTO_BUFFER", "MICROLLM_DECODE_FUSION", "MICROLLM_FLASH_WGMMA",
-        "MICROLLM_FUSED_LOSS", "MICROLLM_FUSED_QKV_HEADS", "MICROLLM_GEMM_MEASURE",
-        "MICROLLM_GEMV_CLUSTER_SPLIT", "MICROLLM_GEMV_ENGINE", "MICROLLM_GEMV_FINE_SPLIT",
-        "MICROLLM_GRAD_INTO_BUFFER", "MICROLLM_JOIN_GATE_UP", "MICROLLM_PROGRAMMATIC_LAUNCH",
-        "MICROLLM_ROPE_RUNS"})
+        "MICROLLM_FUSED_LOSS", "MICROLLM_FUSED_NORM_BACKWARD", "MICROLLM_FUSED_QKV_HEADS",
+        "MICROLLM_GEMM_MEASURE", "MICROLLM_GEMV_CLUSTER_SPLIT", "MICROLLM_GEMV_ENGINE",
+        "MICROLLM_GEMV_FINE_SPLIT", "MICROLLM_GRAD_INTO_BUFFER", "MICROLLM_JOIN_GATE_UP",
+        "MICROLLM_PROGRAMMATIC_LAUNCH", "MICROLLM_ROPE_RUNS"})
     if (const char* value = std::getenv(name)) set.emplace_back(name, value);
   return set;
 }

@@ -17,10 +17,14 @@
 // dweight is a column sum over all rows, done without atomics so it is deterministic:
 // kernel 1 gives each block a tile of columns and a fixed chunk of rows and writes the
 // chunk's column sums to an F32 scratch (chunks, C); kernel 2 adds the chunks per column in
-// a fixed order and rounds once to the weight's dtype. The chunking depends only on R.
+// a fixed order and rounds once to the weight's dtype. The chunking depends only on R. With
+// MICROLLM_FUSED_NORM_BACKWARD=1 (off by default until measured; rows of one warp) kernel 1's
+// sums come from the dx pass itself, which holds x and dy already: one read of each instead of
+// two, and the same bits.
 #include <algorithm>
 
 #include "../cuda_common.cuh"
+#include "microllm/core/switch.h"
 #include "rms_norm_kernels.h"
 
 namespace microllm::ops {
@@ -146,50 +150,71 @@ __global__ void rms_norm_forward_kernel(const T* x, const T* residual, const T* 
   }
 }
 
+// dx of row r: dot = Σ g · x̂ over the row's threads, then dx = rstd · (g − x̂ · mean(g · x̂)),
+// plus dresidual (when given) rounded as add's kernel rounds (one rounding, never contracted
+// into an FMA). The threads of a row are the warp (blockDim.x == 32) or the block; a thread
+// takes groups threadIdx.x, threadIdx.x + blockDim.x, …. on_group(k, x, dy) sees the k-th group
+// of the thread with its x and dy values, in the second pass (the fused backward adds dweight
+// there).
+template <class T, class OnGroup>
+__device__ __forceinline__ void norm_backward_row(const T* x, const T* weight, const float* rstd,
+                                                  const T* dy, const T* dresidual, T* dx, int64_t r,
+                                                  int64_t C, bool vec, float* scratch,
+                                                  OnGroup&& on_group) {
+  constexpr int W = kVec<T>;
+  const int64_t groups = (C + W - 1) / W;
+  const T* xr = x + r * C;
+  const T* dyr = dy + r * C;
+  const float inv = rstd[r];
+  // dot = Σ g · x̂.
+  float dot = 0.0f;
+  for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
+    float xv[W], wv[W], dv[W];
+    load_group(xr, g * W, C, vec, xv);
+    load_group(weight, g * W, C, vec, wv);
+    load_group(dyr, g * W, C, vec, dv);
+#pragma unroll
+    for (int j = 0; j < W; ++j) dot += (dv[j] * wv[j]) * (xv[j] * inv);
+  }
+  dot = row_sum(dot, scratch);
+  const float mean_dot = dot / static_cast<float>(C);
+  // dx = rstd · (g − x̂ · mean_dot); the second read hits L1/L2 as in the forward.
+  T* dxr = dx + r * C;
+  int k = 0;
+  for (int64_t g = threadIdx.x; g < groups; g += blockDim.x, ++k) {
+    float xv[W], wv[W], dv[W];
+    load_group(xr, g * W, C, vec, xv);
+    load_group(weight, g * W, C, vec, wv);
+    load_group(dyr, g * W, C, vec, dv);
+    on_group(k, xv, dv);
+#pragma unroll
+    for (int j = 0; j < W; ++j) xv[j] = inv * (dv[j] * wv[j] - (xv[j] * inv) * mean_dot);
+    if (dresidual != nullptr) {
+      load_group(dresidual + r * C, g * W, C, vec, dv);
+#pragma unroll
+      for (int j = 0; j < W; ++j) xv[j] = __fadd_rn(to_float(from_float<T>(xv[j])), dv[j]);
+    }
+    store_group(dxr, g * W, C, vec, xv);
+  }
+}
+
 // x, dy, dx (R, C); weight (C); rstd (R); dresidual (R, C) or null. Same thread layout as
-// the forward kernel. With dresidual, dx = dresidual + the norm's dx rounded to T, added as
-// add's kernel adds (one rounding, never contracted into an FMA).
+// the forward kernel; a row as norm_backward_row computes it.
 template <class T>
 __global__ void rms_norm_backward_dx_kernel(const T* x, const T* weight, const float* rstd,
                                             const T* dy, const T* dresidual, T* dx, int64_t rows,
                                             int64_t C, bool vec) {
-  constexpr int W = kVec<T>;
   __shared__ float scratch[kWarp];
-  const int64_t groups = (C + W - 1) / W;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; r < rows;
-       r += static_cast<int64_t>(gridDim.x) * blockDim.y) {
-    const T* xr = x + r * C;
-    const T* dyr = dy + r * C;
-    const float inv = rstd[r];
-    // dot = Σ g · x̂.
-    float dot = 0.0f;
-    for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
-      float xv[W], wv[W], dv[W];
-      load_group(xr, g * W, C, vec, xv);
-      load_group(weight, g * W, C, vec, wv);
-      load_group(dyr, g * W, C, vec, dv);
-#pragma unroll
-      for (int j = 0; j < W; ++j) dot += (dv[j] * wv[j]) * (xv[j] * inv);
-    }
-    dot = row_sum(dot, scratch);
-    const float mean_dot = dot / static_cast<float>(C);
-    // dx = rstd · (g − x̂ · mean_dot); the second read hits L1/L2 as in the forward.
-    T* dxr = dx + r * C;
-    for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
-      float xv[W], wv[W], dv[W];
-      load_group(xr, g * W, C, vec, xv);
-      load_group(weight, g * W, C, vec, wv);
-      load_group(dyr, g * W, C, vec, dv);
-#pragma unroll
-      for (int j = 0; j < W; ++j) xv[j] = inv * (dv[j] * wv[j] - (xv[j] * inv) * mean_dot);
-      if (dresidual != nullptr) {
-        load_group(dresidual + r * C, g * W, C, vec, dv);
-#pragma unroll
-        for (int j = 0; j < W; ++j) xv[j] = __fadd_rn(to_float(from_float<T>(xv[j])), dv[j]);
-      }
-      store_group(dxr, g * W, C, vec, xv);
-    }
-  }
+       r += static_cast<int64_t>(gridDim.x) * blockDim.y)
+    norm_backward_row(x, weight, rstd, dy, dresidual, dx, r, C, vec, scratch,
+                      [](int, const auto&, const auto&) {});
+}
+
+// One term of dweight's column sum: acc + dy · (x · rstd), the product and the sum rounded as
+// written (the partial and fused kernels must agree bit for bit).
+__device__ __forceinline__ float dweight_term(float acc, float dy, float x, float inv) {
+  return __fmaf_rn(dy, __fmul_rn(x, inv), acc);
 }
 
 // partial (chunks, C) F32 ← Σ over the rows of each chunk of dy · x · rstd.
@@ -220,7 +245,7 @@ __global__ void rms_norm_dweight_partial_kernel(const T* x, const T* dy, const f
       load_group(x + r * C, c0, C, vec, xv);
       load_group(dy + r * C, c0, C, vec, dv);
 #pragma unroll
-      for (int j = 0; j < W; ++j) acc[j] += dv[j] * (xv[j] * inv);
+      for (int j = 0; j < W; ++j) acc[j] = dweight_term(acc[j], dv[j], xv[j], inv);
     }
   }
 #pragma unroll
@@ -234,6 +259,62 @@ __global__ void rms_norm_dweight_partial_kernel(const T* x, const T* dy, const f
       for (int lane = 0; lane < kRowLanes; ++lane) s += lane_sums[lane][j][threadIdx.x];
       if (c0 + j < C) partial[chunk * C + c0 + j] = s;
     }
+  }
+}
+
+// dx and dweight's partial sums in one pass over x and dy, for rows of at most
+// kWarpRowMaxGroups groups: block b takes row chunk b (rows_per_chunk rows, as the partial
+// kernel's chunks), blockDim (kWarp, kRowLanes); warp y computes dx of rows y, y + kRowLanes, …
+// of the chunk as rms_norm_backward_dx_kernel's warps do, and lane l adds dy · x̂ of its
+// groups l, l + 32, … into registers (the partial kernel's thread (l, y) of column tile k adds
+// the same terms in the same order); then the warps' sums are added in order 0..kRowLanes−1
+// per column tile. dx and partial carry the bits of the two separate kernels.
+template <class T>
+__global__ void rms_norm_backward_fused_kernel(const T* x, const T* weight, const float* rstd,
+                                               const T* dy, const T* dresidual, T* dx,
+                                               float* partial, int64_t rows, int64_t C,
+                                               int64_t rows_per_chunk, bool vec) {
+  constexpr int W = kVec<T>;
+  constexpr int kTiles = kWarpRowMaxGroups / kColThreads;  // groups a lane may own
+  __shared__ float lane_sums[kRowLanes][W][kColThreads];
+  const int64_t groups = (C + W - 1) / W;
+  const int64_t chunk = blockIdx.x;
+  const int64_t row_begin = chunk * rows_per_chunk;
+  const int64_t row_end = min(rows, row_begin + rows_per_chunk);
+  float acc[kTiles][W];
+#pragma unroll
+  for (int k = 0; k < kTiles; ++k)
+#pragma unroll
+    for (int j = 0; j < W; ++j) acc[k][j] = 0.0f;
+  for (int64_t r = row_begin + threadIdx.y; r < row_end; r += kRowLanes) {
+    const float inv = rstd[r];
+    norm_backward_row(x, weight, rstd, dy, dresidual, dx, r, C, vec, nullptr,
+                      [&](int k, const float(&xv)[W], const float(&dv)[W]) {
+#pragma unroll
+                        for (int t = 0; t < kTiles; ++t)  // a constant index keeps acc in registers
+                          if (t == k)
+#pragma unroll
+                            for (int j = 0; j < W; ++j)
+                              acc[t][j] = dweight_term(acc[t][j], dv[j], xv[j], inv);
+                      });
+  }
+#pragma unroll
+  for (int k = 0; k < kTiles; ++k) {
+    if (k * kColThreads >= groups) break;  // uniform over the block
+#pragma unroll
+    for (int j = 0; j < W; ++j) lane_sums[threadIdx.y][j][threadIdx.x] = acc[k][j];
+    __syncthreads();
+    const int64_t g = k * kColThreads + threadIdx.x, c0 = g * W;
+    if (threadIdx.y == 0 && g < groups) {
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int lane = 0; lane < kRowLanes; ++lane) sum += lane_sums[lane][j][threadIdx.x];
+        if (c0 + j < C) partial[chunk * C + c0 + j] = sum;
+      }
+    }
+    __syncthreads();
   }
 }
 
@@ -275,6 +356,21 @@ RowLaunch row_launch(int64_t rows, int64_t groups) {
   return {dim3(static_cast<unsigned>(threads), 1), grid_for(rows, 1)};
 }
 
+// partial (num_chunks, C) ← the chunks' column sums of dy · x̂ (rms_norm_dweight_partial_kernel).
+template <class T>
+void launch_dweight_partial(const Tensor& x, const Tensor& dy, const Tensor& rstd,
+                            const Tensor& partial, int64_t rows, int64_t C, int64_t rows_per_chunk,
+                            int64_t num_chunks, cudaStream_t stream) {
+  if (num_chunks == 0) return;
+  const bool vec = C % kVec<T> == 0 && aligned16({x.raw_data(), dy.raw_data()});
+  const int64_t col_tiles = ceil_div(ceil_div(C, kVec<T>), kColThreads);
+  rms_norm_dweight_partial_kernel<T>
+      <<<static_cast<unsigned>(col_tiles * num_chunks), dim3(kColThreads, kRowLanes), 0, stream>>>(
+          ptr<const T>(x), ptr<const T>(dy), ptr<const float>(rstd), ptr<float>(partial), rows, C,
+          rows_per_chunk, col_tiles, vec);
+  CUDA_CHECK_LAUNCH("rms_norm_dweight_partial_kernel");
+}
+
 void launch_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps,
                          const Tensor& sum, const Tensor& y, const Tensor& rstd) {
   const int64_t C = x.size(-1), rows = x.numel() / C;
@@ -312,32 +408,37 @@ void rms_norm_backward_cuda(const Tensor& x, const Tensor& weight, const Tensor&
   dispatch_cuda_float(x.dtype(), "rms_norm", [&](auto tag) {
     using T = decltype(tag);
     const int64_t groups = ceil_div(C, kVec<T>);
-    // dx, row by row.
-    if (rows > 0) {
-      const bool with_residual = dresidual.defined();
-      const bool vec = C % kVec<T> == 0 &&
-                       aligned16({x.raw_data(), weight.raw_data(), dy.raw_data(), dx.raw_data()}) &&
-                       (!with_residual || aligned16({dresidual.raw_data()}));
-      const RowLaunch launch = row_launch(rows, groups);
-      rms_norm_backward_dx_kernel<T><<<launch.grid, launch.block, 0, stream>>>(
-          ptr<const T>(x), ptr<const T>(weight), ptr<const float>(rstd), ptr<const T>(dy),
-          with_residual ? ptr<const T>(dresidual) : nullptr, ptr<T>(dx), rows, C, vec);
-      CUDA_CHECK_LAUNCH("rms_norm_backward_dx_kernel");
-    }
+    const bool with_residual = dresidual.defined();
+    const bool dx_vec =
+        C % kVec<T> == 0 &&
+        aligned16({x.raw_data(), weight.raw_data(), dy.raw_data(), dx.raw_data()}) &&
+        (!with_residual || aligned16({dresidual.raw_data()}));
     // dweight: per-chunk column sums, then the chunks added per column.
     const int64_t rows_per_chunk = std::max(kMinRowsPerChunk, ceil_div(rows, kMaxChunks));
     const int64_t num_chunks = ceil_div(rows, rows_per_chunk);
     Tensor
         partial;  // (num_chunks, C) F32; stream-ordered, so freeing it after the launches is safe
-    if (num_chunks > 0) {
-      partial = Tensor::empty({num_chunks, C}, DType::F32, x.device());
-      const bool vec = C % kVec<T> == 0 && aligned16({x.raw_data(), dy.raw_data()});
-      const int64_t col_tiles = ceil_div(groups, kColThreads);
-      rms_norm_dweight_partial_kernel<T>
-          <<<static_cast<unsigned>(col_tiles * num_chunks), dim3(kColThreads, kRowLanes), 0,
-             stream>>>(ptr<const T>(x), ptr<const T>(dy), ptr<const float>(rstd),
-                       ptr<float>(partial), rows, C, rows_per_chunk, col_tiles, vec);
-      CUDA_CHECK_LAUNCH("rms_norm_dweight_partial_kernel");
+    if (num_chunks > 0) partial = Tensor::empty({num_chunks, C}, DType::F32, x.device());
+    // dx with the partial sums in the same pass (MICROLLM_FUSED_NORM_BACKWARD=1, rows of one
+    // warp): the bits of the two kernels below.
+    if (num_chunks > 0 && groups <= kWarpRowMaxGroups &&
+        switch_on("MICROLLM_FUSED_NORM_BACKWARD")) {
+      rms_norm_backward_fused_kernel<T>
+          <<<static_cast<unsigned>(num_chunks), dim3(kWarp, kRowLanes), 0, stream>>>(
+              ptr<const T>(x), ptr<const T>(weight), ptr<const float>(rstd), ptr<const T>(dy),
+              with_residual ? ptr<const T>(dresidual) : nullptr, ptr<T>(dx), ptr<float>(partial),
+              rows, C, rows_per_chunk, dx_vec);
+      CUDA_CHECK_LAUNCH("rms_norm_backward_fused_kernel");
+    } else {
+      // dx, row by row.
+      if (rows > 0) {
+        const RowLaunch launch = row_launch(rows, groups);
+        rms_norm_backward_dx_kernel<T><<<launch.grid, launch.block, 0, stream>>>(
+            ptr<const T>(x), ptr<const T>(weight), ptr<const float>(rstd), ptr<const T>(dy),
+            with_residual ? ptr<const T>(dresidual) : nullptr, ptr<T>(dx), rows, C, dx_vec);
+        CUDA_CHECK_LAUNCH("rms_norm_backward_dx_kernel");
+      }
+      launch_dweight_partial<T>(x, dy, rstd, partial, rows, C, rows_per_chunk, num_chunks, stream);
     }
     rms_norm_dweight_finish_kernel<T><<<static_cast<unsigned>(ceil_div(C, kColThreads)),
                                         dim3(kColThreads, kFinishLanes), 0, stream>>>(

@@ -2,7 +2,8 @@
 // tolerances, BF16 (and F16 on small cases) by relative L2 error. Shapes cover one row,
 // widths that are not multiples of the warp or of a 16-byte vector, the warp-per-row and
 // block-per-row kernels, enough rows for the chunked dweight sum (bitwise deterministic),
-// views with an unaligned start (scalar path) and transposed views.
+// views with an unaligned start (scalar path) and transposed views; the fused backward
+// (MICROLLM_FUSED_NORM_BACKWARD=1) against the separate kernels, bit for bit.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -12,6 +13,7 @@
 #include "microllm/core/random.h"
 #include "microllm/ops/ops.h"
 #include "ops/rms_norm/add_rms_norm_fusion.h"
+#include "support/scoped_env.h"
 
 using namespace microllm;
 using microllm::testing::bit_equal;
@@ -184,4 +186,50 @@ TEST(CudaAddRmsNorm, FusedNodeIsItsCompositionBitForBit) {
     for (const Shape& shape : {Shape{4, 64, 896}, Shape{5, 33}, Shape{3, 8200}})
       EXPECT_TRUE(
           microllm::testing::add_rms_norm_is_its_composition(shape, dtype, Device::cuda(0)));
+}
+
+// MICROLLM_FUSED_NORM_BACKWARD=1: dx and the weight gradient's partial sums in one kernel
+// give the two kernels' bits, for rms_norm and add_rms_norm (whose backward adds the residual's
+// gradient), at the training shape (8,192 × 896), few rows, rows not a multiple of the row
+// lanes, widths off the 16-byte path, and a width past one warp's row (the separate kernels).
+TEST(CudaRmsNorm, FusedBackwardGivesTheSeparateKernelsBits) {
+  MICROLLM_REQUIRE_CUDA();
+  const Device gpu = Device::cuda(0);
+  struct Case {
+    int64_t rows, C;
+  };
+  const std::vector<Case> cases = {{8192, 896}, {1, 896},   {37, 896},
+                                   {1000, 100}, {65, 1024}, {33, 1536}};
+  for (DType dtype : microllm::testing::kCudaFloatDtypes)
+    for (const Case& c : cases)
+      for (bool add : {false, true}) {
+        Generator gen(11);
+        const Tensor x0 = randn({c.rows, c.C}, gen, dtype, gpu, 0.0, 1.0);
+        const Tensor r0 = randn({c.rows, c.C}, gen, dtype, gpu, 0.0, 1.0);
+        const Tensor w0 = randn({c.C}, gen, dtype, gpu, 1.0, 0.1);
+        const Tensor g_normed = randn({c.rows, c.C}, gen, dtype, gpu, 0.0, 1.0);
+        const Tensor g_sum = randn({c.rows, c.C}, gen, dtype, gpu, 0.0, 1.0);
+        auto grads = [&](const char* fused) {
+          const microllm::testing::ScopedEnv env("MICROLLM_FUSED_NORM_BACKWARD", fused);
+          Tensor x = x0.clone(), r = r0.clone(), w = w0.clone();
+          x.set_requires_grad(true);
+          r.set_requires_grad(true);
+          w.set_requires_grad(true);
+          if (add) {
+            const ops::AddRmsNormResult out = ops::add_rms_norm(x, r, w, 1e-6);
+            autograd::run_backward({out.normed, out.sum}, {g_normed, g_sum});
+          } else {
+            ops::rms_norm(x, w, 1e-6).backward(g_normed);
+          }
+          return std::vector<Tensor>{x.grad(), add ? r.grad() : Tensor(), w.grad()};
+        };
+        const std::vector<Tensor> separate = grads("0"), fused = grads("1");
+        const std::string where = std::string(dtype_name(dtype)) + " rows " +
+                                  std::to_string(c.rows) + " C " + std::to_string(c.C) +
+                                  (add ? " add" : "");
+        for (size_t i = 0; i < separate.size(); ++i) {
+          if (!separate[i].defined()) continue;
+          EXPECT_TRUE(bit_equal(fused[i], separate[i])) << where << " gradient " << i;
+        }
+      }
 }
