@@ -1,13 +1,11 @@
-// The model with ops::rope_qkv_heads (the default) in place of split, rope and
-// the values' copy) gives the loss and every parameter gradient bit for bit, for each family
-// (qwen3, with its q/k norms, keeps the unfused form) in F32 and F64.
+// The model with ops::rope_qkv_heads (the default) in place of split, rope and the values'
+// copy gives the loss and every parameter gradient bit for bit, for each family (qwen3, with
+// its q/k norms, keeps the unfused form) in F32 and F64.
 #include <gtest/gtest.h>
 
-#include <map>
 #include <string>
-#include <vector>
 
-#include "microllm/model/transformer.h"
+#include "model/model_gradients.h"
 #include "model/tiny_config.h"
 #include "ops/op_test_util.h"
 #include "support/scoped_env.h"
@@ -20,18 +18,9 @@ using microllm::testing::optest::same_bits;
 TEST(FusedQkvHeads, TransformerGradientsEqualTheUnfusedModelBitForBit) {
   for (model::Family family : {model::Family::Qwen2, model::Family::Llama, model::Family::Qwen3})
     for (DType dtype : {DType::F32, DType::F64}) {
-      const model::ModelConfig c = tiny_config(family);
-      const Tensor ids =
-          Tensor::from_vector(std::vector<int64_t>{1, 5, 9, 2, 36, 0, 7, 7, 3, 11, 30, 4}, {2, 6});
       auto run = [&](const char* fused) {
         const ScopedEnv env("MICROLLM_FUSED_QKV_HEADS", fused);
-        model::Transformer t(c, Device::cpu(), dtype, 17);
-        t.set_requires_grad(true);
-        const Tensor loss = model::Transformer::next_token_loss(t.forward(ids), ids);
-        loss.backward();
-        std::map<std::string, Tensor> grads;
-        for (const auto& [name, p] : t.parameters()) grads[name] = p.grad();
-        return std::pair{loss, grads};
+        return microllm::testing::loss_and_gradients(tiny_config(family), Device::cpu(), dtype);
       };
       const auto [loss_plain, grads_plain] = run("0");
       const auto [loss_fused, grads_fused] = run("1");

@@ -217,6 +217,22 @@ __device__ __forceinline__ float dweight_term(float acc, float dy, float x, floa
   return __fmaf_rn(dy, __fmul_rn(x, inv), acc);
 }
 
+// The chunk's column sums of group c0 (this thread's column of lane_sums) into its row of the
+// partial sums, partial_row[c0 + j] = Σ_lane lane_sums[lane][j][threadIdx.x] added in lane
+// order, nothing past C.
+template <int W>
+__device__ __forceinline__ void store_chunk_sums(
+    const float (&lane_sums)[kRowLanes][W][kColThreads], int64_t c0, int64_t C,
+    float* partial_row) {
+#pragma unroll
+  for (int j = 0; j < W; ++j) {
+    float s = 0.0f;
+#pragma unroll
+    for (int lane = 0; lane < kRowLanes; ++lane) s += lane_sums[lane][j][threadIdx.x];
+    if (c0 + j < C) partial_row[c0 + j] = s;
+  }
+}
+
 // partial (chunks, C) F32 ← Σ over the rows of each chunk of dy · x · rstd.
 // blockDim (kColThreads, kRowLanes); block b covers column tile b % col_tiles (kColThreads
 // groups) and row chunk b / col_tiles. Row lane y adds rows y, y + kRowLanes, … of the
@@ -251,15 +267,7 @@ __global__ void rms_norm_dweight_partial_kernel(const T* x, const T* dy, const f
 #pragma unroll
   for (int j = 0; j < W; ++j) lane_sums[threadIdx.y][j][threadIdx.x] = acc[j];
   __syncthreads();
-  if (threadIdx.y == 0 && g < groups) {
-#pragma unroll
-    for (int j = 0; j < W; ++j) {
-      float s = 0.0f;
-#pragma unroll
-      for (int lane = 0; lane < kRowLanes; ++lane) s += lane_sums[lane][j][threadIdx.x];
-      if (c0 + j < C) partial[chunk * C + c0 + j] = s;
-    }
-  }
+  if (threadIdx.y == 0 && g < groups) store_chunk_sums(lane_sums, c0, C, partial + chunk * C);
 }
 
 // dx and dweight's partial sums in one pass over x and dy, for rows of at most
@@ -304,16 +312,8 @@ __global__ void rms_norm_backward_fused_kernel(const T* x, const T* weight, cons
 #pragma unroll
     for (int j = 0; j < W; ++j) lane_sums[threadIdx.y][j][threadIdx.x] = acc[k][j];
     __syncthreads();
-    const int64_t g = k * kColThreads + threadIdx.x, c0 = g * W;
-    if (threadIdx.y == 0 && g < groups) {
-#pragma unroll
-      for (int j = 0; j < W; ++j) {
-        float sum = 0.0f;
-#pragma unroll
-        for (int lane = 0; lane < kRowLanes; ++lane) sum += lane_sums[lane][j][threadIdx.x];
-        if (c0 + j < C) partial[chunk * C + c0 + j] = sum;
-      }
-    }
+    const int64_t g = k * kColThreads + threadIdx.x;
+    if (threadIdx.y == 0 && g < groups) store_chunk_sums(lane_sums, g * W, C, partial + chunk * C);
     __syncthreads();
   }
 }

@@ -1,9 +1,8 @@
 // CPU RoPE, rotate-half pairs (i, i + D/2). Angles are formed as in Hugging Face:
 // θ = float(position) · inv_freq in the compute dtype, then cos/sin.
-#include <cmath>
-
 #include "../common.h"
 #include "rope_kernels.h"
+#include "rope_rotate_cpu.h"
 
 namespace microllm::ops {
 
@@ -29,13 +28,7 @@ void rope_cpu(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, 
           const T_ position = static_cast<T_>(pos64 ? pp64[k] : pp32[k]);
           const T_* xr = px + b * x.stride(0) + h * x.stride(1) + t * x.stride(2);
           T_* yr = py + b * y.stride(0) + h * y.stride(1) + t * y.stride(2);
-          for (int64_t i = 0; i < half; ++i) {
-            const T_ angle = position * pf[i];
-            const T_ c = std::cos(angle), s = sign * std::sin(angle);
-            const T_ x1 = xr[i], x2 = xr[i + half];
-            yr[i] = x1 * c - x2 * s;
-            yr[i + half] = x2 * c + x1 * s;
-          }
+          cpu_detail::rope_rotate_row(xr, yr, half, position, pf, sign);
         }
   });
 }

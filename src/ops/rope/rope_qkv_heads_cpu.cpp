@@ -1,10 +1,9 @@
 // CPU rope_qkv_heads: the joined projection's rows and the attention's head-major operands,
 // either way, with rope_cpu's arithmetic (the angle float(position) · inv_freq in the compute
 // dtype, then cos/sin).
-#include <cmath>
-
 #include "../common.h"
 #include "rope_kernels.h"
+#include "rope_rotate_cpu.h"
 
 namespace microllm::ops {
 
@@ -49,13 +48,7 @@ void rope_qkv_heads_cpu(const Tensor& packed, const Tensor& q, const Tensor& k, 
               for (int64_t i = 0; i < D; ++i) dst[i] = src[i];
               continue;
             }
-            for (int64_t i = 0; i < half; ++i) {
-              const T_ angle = position * pf[i];
-              const T_ c = std::cos(angle), s = sign * std::sin(angle);
-              const T_ x1 = src[i], x2 = src[i + half];
-              dst[i] = x1 * c - x2 * s;
-              dst[i + half] = x2 * c + x1 * s;
-            }
+            cpu_detail::rope_rotate_row(src, dst, half, position, pf, sign);
           }
       }
   });

@@ -12,8 +12,8 @@
 
 #include "cuda/cuda_test_utils.h"
 #include "microllm/core/random.h"
-#include "microllm/model/transformer.h"
 #include "microllm/ops/ops.h"
+#include "model/model_gradients.h"
 #include "model/tiny_config.h"
 #include "ops/op_test_util.h"
 #include "support/scoped_env.h"
@@ -115,19 +115,10 @@ TEST(CudaRopeQkvHeads, ModelLossAndGradientsWithTheSwitchEqualWithout) {
   MICROLLM_REQUIRE_CUDA();
   for (model::Family family : {model::Family::Qwen2, model::Family::Llama})
     for (DType dtype : {DType::F32, DType::BF16}) {
-      const model::ModelConfig c = microllm::testing::tiny_config(family);
-      const Tensor ids =
-          Tensor::from_vector(std::vector<int64_t>{1, 5, 9, 2, 36, 0, 7, 7, 3, 11, 30, 4}, {2, 6});
       auto run = [&](const char* fused) {
         const microllm::testing::ScopedEnv env("MICROLLM_FUSED_QKV_HEADS", fused);
-        model::Transformer t(c, Device::cuda(0), dtype, 17);
-        t.set_requires_grad(true);
-        const Tensor gpu_ids = ids.to(Device::cuda(0));
-        const Tensor loss = model::Transformer::next_token_loss(t.forward(gpu_ids), gpu_ids);
-        loss.backward();
-        std::map<std::string, Tensor> grads;
-        for (const auto& [name, p] : t.parameters()) grads[name] = p.grad();
-        return std::pair{loss, grads};
+        return microllm::testing::loss_and_gradients(microllm::testing::tiny_config(family),
+                                                     Device::cuda(0), dtype);
       };
       const auto [loss_plain, grads_plain] = run("0");
       const auto [loss_fused, grads_fused] = run("1");
