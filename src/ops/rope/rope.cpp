@@ -1,5 +1,6 @@
 // rope: validation, dispatch and backward; rope_out, the allocation-free form, runs the
-// same kernel (rope calls it).
+// same kernel (rope calls it); rope_qkv_heads, the joined projection's attention operands, with
+// the same checks.
 #include "microllm/ops/rope.h"
 
 #include <algorithm>
@@ -33,21 +34,29 @@ Tensor rope_inv_freq(int64_t head_dim, double theta) {
 
 namespace {
 
-void check_rope_args(const char* op, const Tensor& x, const Tensor& positions,
-                     const Tensor& inv_freq) {
-  detail::check_floating(op, x, "x");
+// x (…, D) with its sequence (T) at dimension seq_dim and the batch at 0; positions (T) or
+// (B, T); inv_freq (D/2). `name` is x's argument name in the messages.
+void check_rope_args(const char* op, const Tensor& x, const char* name, int64_t seq_dim,
+                     const Tensor& positions, const Tensor& inv_freq) {
+  detail::check_floating(op, x, name);
   detail::check_index(op, positions, "positions");
   detail::check_floating(op, inv_freq, "inv_freq");
-  detail::check_same_device(op, x, "x", positions, "positions");
-  detail::check_rank(op, x, "x", 4);
-  const int64_t B = x.size(0), T = x.size(2), D = x.size(3);
-  MICROLLM_CHECK(D % 2 == 0, op, "head dimension must be even, found x ", x.describe());
+  detail::check_same_device(op, x, name, positions, "positions");
+  detail::check_rank(op, x, name, 4);
+  const int64_t B = x.size(0), T = x.size(seq_dim), D = x.size(3);
+  MICROLLM_CHECK(D % 2 == 0, op, "head dimension must be even, found ", name, " ", x.describe());
   MICROLLM_CHECK(inv_freq.dim() == 1 && inv_freq.size(0) == D / 2, op, "inv_freq must be (", D / 2,
-                 ") for x ", x.describe(), ", found ", inv_freq.describe());
+                 ") for ", name, " ", x.describe(), ", found ", inv_freq.describe());
   MICROLLM_CHECK((positions.dim() == 1 && positions.size(0) == T) ||
                      (positions.dim() == 2 && positions.size(0) == B && positions.size(1) == T),
-                 op, "positions must be (T) or (B, T) for x ", x.describe(), ", found ",
+                 op, "positions must be (T) or (B, T) for ", name, " ", x.describe(), ", found ",
                  positions.describe());
+}
+
+// inv_freq as the kernels read it for the operand x: dense on x's device, in the kernels'
+// arithmetic dtype (F32, or F64 for an F64 reference).
+Tensor kernel_frequencies(const Tensor& inv_freq, const Tensor& x) {
+  return inv_freq.detach().to(x.device()).to(detail::stat_dtype(x.dtype())).contiguous();
 }
 
 // True when x's rows of D are contiguous (the layout the kernels take with any outer strides).
@@ -83,7 +92,7 @@ Tensor empty_in_layout(const Shape& shape, const Strides& strides, DType dtype, 
 
 void rope_out(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, const Tensor& out) {
   const char* op = "rope_out";
-  check_rope_args(op, x, positions, inv_freq);
+  check_rope_args(op, x, "x", 2, positions, inv_freq);
   detail::check_out_dtype(op, x, "x");
   MICROLLM_CHECK(contiguous_rows(x), op,
                  "x must have unit stride along D (rows of D contiguous), found ", x.describe(),
@@ -104,12 +113,10 @@ void rope_out(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, 
 }
 
 Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
-  check_rope_args("rope", x, positions, inv_freq);
-  const Tensor xc = rows_operand(x.detach());  // (B, H, T, D), rows of D contiguous
-  const Tensor pos = positions.contiguous();   // (T) or (B, T); the kernel reads either
-  // Frequencies in the kernel's arithmetic dtype: F32, or F64 for an F64 reference.
-  const DType freq_dtype = detail::stat_dtype(xc.dtype());
-  const Tensor freq = inv_freq.detach().to(x.device()).to(freq_dtype).contiguous();
+  check_rope_args("rope", x, "x", 2, positions, inv_freq);
+  const Tensor xc = rows_operand(x.detach());            // (B, H, T, D), rows of D contiguous
+  const Tensor pos = positions.contiguous();             // (T) or (B, T); the kernel reads either
+  const Tensor freq = kernel_frequencies(inv_freq, xc);  // (D/2)
   Tensor y = Tensor::empty(xc.shape(), xc.dtype(), x.device());
   rope_out(xc, pos, freq, y);
   Tensor out = y.to(x.dtype());
@@ -121,6 +128,44 @@ Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
                      Tensor dx = empty_in_layout(shape, strides, dy.dtype(), dy.device());
                      MICROLLM_KERNEL(dy.device(), rope, dy, pos, freq, true, dx);
                      return std::vector<Tensor>{dx.to(dtype)};
+                   });
+  return out;
+}
+
+// rope_qkv_heads: the kernels are rope_qkv_heads_cpu.cpp and rope_qkv_heads_cuda.cu.
+QkvHeads rope_qkv_heads(const Tensor& qkv, int64_t num_heads, int64_t num_kv_heads,
+                        const Tensor& positions, const Tensor& inv_freq) {
+  const char* op = "rope_qkv_heads";
+  check_rope_args(op, qkv, "qkv", 1, positions, inv_freq);
+  const int64_t B = qkv.size(0), T = qkv.size(1), D = qkv.size(3);
+  const int64_t H = num_heads, Hkv = num_kv_heads;
+  MICROLLM_CHECK(H > 0 && Hkv > 0, op, "head counts must be positive, found num_heads ", H,
+                 " and num_kv_heads ", Hkv);
+  MICROLLM_CHECK(qkv.size(2) == H + 2 * Hkv, op, "qkv must be (B, T, H + 2·Hkv, D) = (B, T, ",
+                 H + 2 * Hkv, ", D) for num_heads ", H, " and num_kv_heads ", Hkv, ", found ",
+                 qkv.describe());
+  const Tensor packed = detail::compute_operand(qkv.detach());  // (B, T, H + 2·Hkv, D) dense
+  const Tensor pos = positions.contiguous();                    // (T) or (B, T)
+  const Tensor freq = kernel_frequencies(inv_freq, packed);     // (D/2)
+  const Device device = qkv.device();
+  Tensor q = Tensor::empty({B, H, T, D}, packed.dtype(), device);    // (B, H, T, D)
+  Tensor k = Tensor::empty({B, Hkv, T, D}, packed.dtype(), device);  // (B, Hkv, T, D)
+  Tensor v = Tensor::empty({B, Hkv, T, D}, packed.dtype(), device);  // (B, Hkv, T, D)
+  MICROLLM_KERNEL(device, rope_qkv_heads, packed, q, k, v, pos, freq, H, Hkv, true);
+  QkvHeads out{q.to(qkv.dtype()), k.to(qkv.dtype()), v.to(qkv.dtype())};
+  autograd::record(op, {qkv}, {&out.q, &out.k, &out.v},
+                   [pos, freq, H, Hkv, kernel_dtype = packed.dtype(), dtype = qkv.dtype(),
+                    shape = packed.shape()](const std::vector<Tensor>& g) {
+                     // Each defined gradient as the kernel reads it: dense, in the kernel's dtype.
+                     auto operand = [&](const Tensor& t) {
+                       return t.defined() ? t.to(kernel_dtype).contiguous() : Tensor();
+                     };
+                     const Tensor dq = operand(g[0]), dk = operand(g[1]), dv = operand(g[2]);
+                     const Device dev = pos.device();
+                     Tensor dqkv = Tensor::empty(shape, kernel_dtype, dev);  // (B, T, H + 2·Hkv, D)
+                     MICROLLM_KERNEL(dev, rope_qkv_heads, dqkv, dq, dk, dv, pos, freq, H, Hkv,
+                                     false);
+                     return std::vector<Tensor>{dqkv.to(dtype)};
                    });
   return out;
 }
