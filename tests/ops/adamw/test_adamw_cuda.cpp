@@ -1,9 +1,11 @@
 // CUDA multi-tensor AdamW and sum of squares against the CPU op: 40 tensors (more than one
 // launch's batch), sizes around the 4096-element chunk, F32 and BF16 parameters, weight decay
-// on some, a clip scale: the same bits as the CPU; the sum of squares within F32 rounding
-// of the CPU's and the same bits on every call.
+// on some, a clip scale: the same bits as the CPU, also in runs of four over views at any
+// offset; the sum of squares within F32 rounding of the CPU's and the same bits on every call.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "cuda/cuda_test_utils.h"
@@ -81,4 +83,61 @@ TEST(CudaFusedAdamW, SumOfSquaresMatchesTheCpuAndRepeats) {
   const Tensor got = ops::sum_of_squares(gpu);
   EXPECT_NEAR(got.item(), want, 1e-5 * want);
   EXPECT_TRUE(bit_equal(ops::sum_of_squares(gpu), got));
+}
+
+// Parameters as views into flat buffers at offsets of 0–3 elements, so that some tensors
+// cannot take runs of four and the others start their runs mid-buffer: with runs of four
+// (MICROLLM_ADAMW_RUNS=1) and without, the CPU's bits.
+TEST(CudaFusedAdamW, RunsOfFourGiveTheCpuBitsOnOffsetViews) {
+  MICROLLM_REQUIRE_CUDA();
+  const char* before = std::getenv("MICROLLM_ADAMW_RUNS");
+  const std::string saved = before != nullptr ? before : "";
+  for (const char* runs : {"0", "1"}) {
+    setenv("MICROLLM_ADAMW_RUNS", runs, 1);
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      std::vector<ops::AdamWTensors> cpu, gpu;
+      for (int i = 0; i < 12; ++i) {
+        const int64_t offset = i % 4, n = std::vector<int64_t>{5, 4097, 12289}[i % 3];
+        const ops::AdamWTensors whole = parameter(n + offset, 7 * i + 1, dtype, Device::cuda(0));
+        ops::AdamWTensors view;  // elements [offset, offset + n) of each buffer, (n)
+        view.master = whole.master.narrow(0, offset, n);
+        view.param = dtype == DType::F32 ? view.master : whole.param.narrow(0, offset, n);
+        view.grad = whole.grad.narrow(0, offset, n);
+        view.exp_avg = whole.exp_avg.narrow(0, offset, n);
+        view.exp_avg_sq = whole.exp_avg_sq.narrow(0, offset, n);
+        view.decay = whole.decay;
+        gpu.push_back(view);
+        ops::AdamWTensors host;
+        host.master = view.master.to(Device::cpu());
+        host.param = dtype == DType::F32 ? host.master : view.param.to(Device::cpu());
+        host.grad = view.grad.to(Device::cpu());
+        host.exp_avg = view.exp_avg.to(Device::cpu());
+        host.exp_avg_sq = view.exp_avg_sq.to(Device::cpu());
+        host.decay = view.decay;
+        cpu.push_back(host);
+      }
+      ops::AdamWScalars s;
+      s.lr = 1e-3;
+      s.weight_decay = 0.1;
+      s.bias1 = 1 - 0.9;
+      s.bias2 = 1 - 0.95;
+      for (double scale : {1.0, 0.61}) {
+        s.grad_scale = scale;
+        ops::adamw_step(cpu, s);
+        ops::adamw_step(gpu, s);
+      }
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        const std::string where = std::string("runs=") + runs + " " +
+                                  std::string(dtype_name(dtype)) + " tensor " + std::to_string(i);
+        EXPECT_TRUE(bit_equal(gpu[i].master, cpu[i].master)) << where;
+        EXPECT_TRUE(bit_equal(gpu[i].exp_avg, cpu[i].exp_avg)) << where;
+        EXPECT_TRUE(bit_equal(gpu[i].exp_avg_sq, cpu[i].exp_avg_sq)) << where;
+        EXPECT_TRUE(bit_equal(gpu[i].param, cpu[i].param)) << where;
+      }
+    }
+  }
+  if (before != nullptr)
+    setenv("MICROLLM_ADAMW_RUNS", saved.c_str(), 1);
+  else
+    unsetenv("MICROLLM_ADAMW_RUNS");
 }
