@@ -505,13 +505,16 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_pipelined_kernel(Backward
   const KeyRows keys = key_rows_of(s, b.j0, warp, g);
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
 
-  for (int64_t step = 0; step < b.steps; ++step) {
+  // One step; with_next: a step follows (every step but the last), whose products are
+  // issued here. Two instantiations keep the products of both steps in one basic block.
+  const auto run_step = [&](int64_t step, auto with_next) {
+    constexpr bool kNext = decltype(with_next)::value;
     const int stage = static_cast<int>(step % kStages);
     const int next_stage = stage + 1 == kStages ? 0 : stage + 1;
     const int after_stage = next_stage + 1 == kStages ? 0 : next_stage + 1;
     wait_async<0>();  // step + 1's tiles, loaded since step − 1
     __syncthreads();  // every warp is done with step − 1; step + 1's tiles are in
-    if (step + 1 < b.steps) publish(stats, pending, next_stage);  // read after the next barrier
+    if constexpr (kNext) publish(stats, pending, next_stage);  // read after the next barrier
     if (step + 2 < b.steps) {
       pending = load_queries(step + 2, after_stage);
       commit_async();
@@ -524,12 +527,16 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_pipelined_kernel(Backward
         p_now[nt][e] = p[nt][e];
         ds_now[nt][e] = ds[nt][e];
       }
-    if (step + 1 < b.steps) scores(next_stage);
+    if constexpr (kNext) scores(next_stage);
     probabilities_and_ds(p_now, ds_now, stats, stage, s, b.j0, keys, c);
     weights_times_rows<D, kQ>(dv, p_now, do_tile(stage), lane);
     weights_times_rows<D, kQ>(dk, ds_now, q_tile(stage), lane);
     if constexpr (kWriteScratch)
       write_ds<T, kQ>(a, ds_now, b.head_of(step), b.j0 + warp * 16, stats.first[stage], g, c);
+  };
+  if (b.steps > 0) {
+    for (int64_t step = 0; step + 1 < b.steps; ++step) run_step(step, std::true_type{});
+    run_step(b.steps - 1, std::false_type{});
   }
   store_dkdv(a, b, dk, dv, warp, g, c);
 }
