@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_recompute_kernel(BackwardAr
 //                                probabilities and dV and dK products, so that a warp has
 //                                independent products to issue while the others wait on their
 //                                results; three stages of query tiles, one barrier a step
-//                                (MICROLLM_FLASH_DKDV_PIPELINE=1, D 64, 32 query rows a step).
+//                                (MICROLLM_FLASH_PIPELINE=1, D 64, 32 query rows a step).
 template <int D>
 constexpr int kBackwardQueries = D == 128 ? 32 : 64;
 
@@ -602,7 +602,7 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
     constexpr size_t kPipelinedBytes = dkdv_shared_bytes<T, D, kPipelineQueries, kPipelineStages>();
     if (wgmma) {
       if constexpr (kHasWgmma) launch_dkdv_wgmma(args, stream);
-    } else if (kPipelined && switch_on("MICROLLM_FLASH_DKDV_PIPELINE")) {
+    } else if (kPipelined && switch_on("MICROLLM_FLASH_PIPELINE")) {
       if constexpr (kPipelined) {
         if (args.ds != nullptr) {
           allow_shared_bytes<flash_dkdv_pipelined_kernel<T, D, true>>(kPipelinedBytes);

@@ -8,9 +8,12 @@
 //   exp2(m_old − m_new) → P = exp2(S − m) packed to 16 bits → O += P·V.
 // K and V tiles are double-buffered with cp.async: tile k+1 loads while tile k computes.
 // Every output element has one owner and a fixed order of work: results are deterministic.
+#include <type_traits>
+
 #include "../cuda_common.cuh"
 #include "attention_kernels.h"
 #include "flash_attention.cuh"
+#include "microllm/core/switch.h"
 
 namespace microllm::ops {
 namespace {
@@ -34,126 +37,109 @@ constexpr size_t forward_shared_bytes(size_t element) {
   return static_cast<size_t>(5 * kTileElements<D>) * element;  // Q + 2 × (K + V)
 }
 
+// S = Q·Kᵀ for a warp's 16 query rows (its A fragments) and the 64 keys of a tile: 16 × 64
+// as 8 accumulator tiles of 8 keys.
 template <class T, int D>
-__global__ void __launch_bounds__(kThreads) flash_forward_kernel(ForwardArgs<T> a) {
-  extern __shared__ __align__(16) unsigned char shared[];
-  T* q_tile = reinterpret_cast<T*>(shared);  // (64, D + 8)
-  T* k_tiles = q_tile + kTileElements<D>;    // 2 × (64, D + 8)
-  T* v_tiles = k_tiles + 2 * kTileElements<D>;
-  __shared__ int64_t key_pos[2][kTileRows];  // mask positions of each stage's keys
+__device__ __forceinline__ void tile_scores(float (&sc)[8][4], const uint32_t (&q_frag)[D / 16][4],
+                                            const T* k_tile, int lane) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) sc[nt][e] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks)
+#pragma unroll
+    for (int pair = 0; pair < 4; ++pair) {
+      uint32_t b[2][2];
+      load_b_pair(b, k_tile, kStride<D>, pair * 16, ks * 16, lane);
+      mma_16816<T>(sc[2 * pair], q_frag[ks], b[0]);
+      mma_16816<T>(sc[2 * pair + 1], q_frag[ks], b[1]);
+    }
+}
 
-  const FlashShape& s = a.shape;
-  const int64_t bh = blockIdx.x;  // b·H + h
-  const int64_t kv = (bh / s.H) * s.Hkv + (bh % s.H) / (s.H / s.Hkv);
-  // Causal rows grow with the tile index: the longest tiles start first.
-  const int64_t t0 = (static_cast<int64_t>(gridDim.y) - 1 - blockIdx.y) * kTileRows;
-  const T* q = a.q + bh * s.T * D;  // (T, D)
-  const T* k = a.k + kv * s.S * D;  // (S, D)
-  const T* v = a.v + kv * s.S * D;  // (S, D)
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  const int64_t key_tiles = key_tiles_end(s, t0);
+// The mask and the online softmax of one key tile for a thread's two query rows (a row's 64
+// scores sit in the 4 lanes of g), then O += P·V: the scores in sc become P, the running
+// max and sum and the output accumulator move on by one tile.
+template <class T, int D>
+__device__ __forceinline__ void softmax_and_values(float (&sc)[8][4], float (&o)[D / 8][4],
+                                                   float (&row_max)[2], float (&row_sum)[2],
+                                                   bool masked, const FlashShape& s, int64_t j0,
+                                                   const int64_t (&query_pos)[2],
+                                                   const int64_t* key_pos, const T* v_tile,
+                                                   int lane) {
+  const int c = lane % 4;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    // The same rounded product either way (__fmul_rn: never contracted into the FMA of
+    // the exponent below); only tiles that need the mask test each pair.
+    if (masked) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 2 * i; e < 2 * i + 2; ++e) {
+          const int j = nt * 8 + 2 * c + (e & 1);
+          const bool seen = j0 + j < s.S && visible(s, query_pos[i], key_pos[j]);
+          sc[nt][e] = seen ? __fmul_rn(sc[nt][e], s.scale_log2) : -INFINITY;
+        }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 2 * i; e < 2 * i + 2; ++e) sc[nt][e] = __fmul_rn(sc[nt][e], s.scale_log2);
+    }
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 2 * i; e < 2 * i + 2; ++e) tile_max = fmaxf(tile_max, sc[nt][e]);
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    const float new_max = fmaxf(row_max[i], tile_max);
+    const float base = new_max == -INFINITY ? 0.0f : new_max;  // no visible key yet
+    const float rescale = exp2f(row_max[i] - base);
+    row_max[i] = new_max;
+    row_sum[i] *= rescale;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      o[nt][2 * i] *= rescale;
+      o[nt][2 * i + 1] *= rescale;
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 2 * i; e < 2 * i + 2; ++e) {
+        sc[nt][e] = exp2f(sc[nt][e] - base);
+        row_sum[i] += sc[nt][e];
+      }
+  }
+  // O += P·V, 16 keys per step: accumulator tiles 2kk and 2kk+1 are the A operand.
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint32_t p[4] = {pack_pair<T>(sc[2 * kk][0], sc[2 * kk][1]),
+                           pack_pair<T>(sc[2 * kk][2], sc[2 * kk][3]),
+                           pack_pair<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                           pack_pair<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+    fragment_times_rows<D>(o, p, v_tile, kk * 16, lane);
+  }
+}
 
-  const auto load_keys = [&](int64_t tile, int stage) {
-    load_key_value_tile<T, D>(k_tiles, v_tiles, key_pos, k, v, s, tile, stage);
-  };
-  load_tile_async<T, D>(q_tile, q, t0, s.T);
-  if (key_tiles > 0) load_keys(0, 0);
-  commit_async();
-
-  // This thread's two query rows: tile rows warp·16 + g and + 8.
-  int64_t query_pos[2];
+// A thread's two query rows (tile rows warp·16 + g and + 8): their mask positions.
+__device__ __forceinline__ void query_positions(int64_t (&query_pos)[2], const FlashShape& s,
+                                                int64_t t0, int warp, int g) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int64_t t = t0 + warp * 16 + g + 8 * i;
     query_pos[i] = t < s.T ? query_position(s, t) : 0;
   }
-  uint32_t q_frag[D / 16][4];  // the warp's 16 query rows as A operands, loaded once
-  float o[D / 8][4] = {};      // output accumulator, 16 × D per warp
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+}
 
-  for (int64_t tile = 0; tile < key_tiles; ++tile) {
-    const int stage = static_cast<int>(tile & 1);
-    next_tile(tile, key_tiles, load_keys);
-    if (tile == 0)
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks)
-        load_a(q_frag[ks], q_tile, kStride<D>, warp * 16, ks * 16, lane);
-    const T* k_tile = k_tiles + stage * kTileElements<D>;  // (64, D + 8)
-    const T* v_tile = v_tiles + stage * kTileElements<D>;
-
-    // S = Q·Kᵀ: 16 × 64 per warp, as 8 accumulator tiles of 8 keys.
-    float sc[8][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks)
-#pragma unroll
-      for (int pair = 0; pair < 4; ++pair) {
-        uint32_t b[2][2];
-        load_b_pair(b, k_tile, kStride<D>, pair * 16, ks * 16, lane);
-        mma_16816<T>(sc[2 * pair], q_frag[ks], b[0]);
-        mma_16816<T>(sc[2 * pair + 1], q_frag[ks], b[1]);
-      }
-
-    // Mask and the online softmax, row by row (a row's 64 scores sit in the 4 lanes of g).
-    const int64_t j0 = tile * kTileRows;
-    const bool masked = tile_needs_mask(s, t0, j0);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      // The same rounded product either way (__fmul_rn: never contracted into the FMA of
-      // the exponent below); only tiles that need the mask test each pair.
-      if (masked) {
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-          for (int e = 2 * i; e < 2 * i + 2; ++e) {
-            const int j = nt * 8 + 2 * c + (e & 1);
-            const bool seen = j0 + j < s.S && visible(s, query_pos[i], key_pos[stage][j]);
-            sc[nt][e] = seen ? __fmul_rn(sc[nt][e], s.scale_log2) : -INFINITY;
-          }
-      } else {
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-          for (int e = 2 * i; e < 2 * i + 2; ++e) sc[nt][e] = __fmul_rn(sc[nt][e], s.scale_log2);
-      }
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e = 2 * i; e < 2 * i + 2; ++e) tile_max = fmaxf(tile_max, sc[nt][e]);
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-      const float new_max = fmaxf(row_max[i], tile_max);
-      const float base = new_max == -INFINITY ? 0.0f : new_max;  // no visible key yet
-      const float rescale = exp2f(row_max[i] - base);
-      row_max[i] = new_max;
-      row_sum[i] *= rescale;
-#pragma unroll
-      for (int nt = 0; nt < D / 8; ++nt) {
-        o[nt][2 * i] *= rescale;
-        o[nt][2 * i + 1] *= rescale;
-      }
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e = 2 * i; e < 2 * i + 2; ++e) {
-          sc[nt][e] = exp2f(sc[nt][e] - base);
-          row_sum[i] += sc[nt][e];
-        }
-    }
-
-    // O += P·V, 16 keys per step: accumulator tiles 2kk and 2kk+1 are the A operand.
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const uint32_t p[4] = {pack_pair<T>(sc[2 * kk][0], sc[2 * kk][1]),
-                             pack_pair<T>(sc[2 * kk][2], sc[2 * kk][3]),
-                             pack_pair<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                             pack_pair<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
-      fragment_times_rows<D>(o, p, v_tile, kk * 16, lane);
-    }
-    __syncthreads();  // the next iteration's load reuses this stage
-  }
-  wait_async<0>();  // a tile without visible keys never waited for its Q copy
-
+// The output rows O / l and the log-sum-exp of a thread's two query rows.
+template <class T, int D>
+__device__ __forceinline__ void store_output(const ForwardArgs<T>& a, const float (&o)[D / 8][4],
+                                             const float (&row_max)[2], const float (&row_sum)[2],
+                                             int64_t bh, int64_t t0, int warp, int lane) {
+  const FlashShape& s = a.shape;
+  const int g = lane / 4, c = lane % 4;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     float total = row_sum[i];
@@ -172,12 +158,147 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(ForwardArgs<T> 
 }
 
 template <class T, int D>
+__global__ void __launch_bounds__(kThreads) flash_forward_kernel(ForwardArgs<T> a) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  T* q_tile = reinterpret_cast<T*>(shared);  // (64, D + 8)
+  T* k_tiles = q_tile + kTileElements<D>;    // 2 × (64, D + 8)
+  T* v_tiles = k_tiles + 2 * kTileElements<D>;
+  __shared__ int64_t key_pos[2][kTileRows];  // mask positions of each stage's keys
+
+  const FlashShape& s = a.shape;
+  const int64_t bh = blockIdx.x;  // b·H + h
+  const int64_t kv = (bh / s.H) * s.Hkv + (bh % s.H) / (s.H / s.Hkv);
+  // Causal rows grow with the tile index: the longest tiles start first.
+  const int64_t t0 = (static_cast<int64_t>(gridDim.y) - 1 - blockIdx.y) * kTileRows;
+  const T* q = a.q + bh * s.T * D;  // (T, D)
+  const T* k = a.k + kv * s.S * D;  // (S, D)
+  const T* v = a.v + kv * s.S * D;  // (S, D)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+  const int64_t key_tiles = key_tiles_end(s, t0);
+
+  const auto load_keys = [&](int64_t tile, int stage) {
+    load_key_value_tile<T, D>(k_tiles, v_tiles, key_pos, k, v, s, tile, stage);
+  };
+  load_tile_async<T, D>(q_tile, q, t0, s.T);
+  if (key_tiles > 0) load_keys(0, 0);
+  commit_async();
+
+  int64_t query_pos[2];
+  query_positions(query_pos, s, t0, warp, g);
+  uint32_t q_frag[D / 16][4];  // the warp's 16 query rows as A operands, loaded once
+  float o[D / 8][4] = {};      // output accumulator, 16 × D per warp
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+
+  for (int64_t tile = 0; tile < key_tiles; ++tile) {
+    const int stage = static_cast<int>(tile & 1);
+    next_tile(tile, key_tiles, load_keys);
+    if (tile == 0)
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks)
+        load_a(q_frag[ks], q_tile, kStride<D>, warp * 16, ks * 16, lane);
+    float sc[8][4];  // S, then P: 16 × 64 per warp
+    tile_scores<T, D>(sc, q_frag, k_tiles + stage * kTileElements<D>, lane);
+    const int64_t j0 = tile * kTileRows;
+    softmax_and_values<T, D>(sc, o, row_max, row_sum, tile_needs_mask(s, t0, j0), s, j0, query_pos,
+                             key_pos[stage], v_tiles + stage * kTileElements<D>, lane);
+    __syncthreads();  // the next iteration's load reuses this stage
+  }
+  wait_async<0>();  // a tile without visible keys never waited for its Q copy
+  store_output<T, D>(a, o, row_max, row_sum, bh, t0, warp, lane);
+}
+
+// The pipelined form (MICROLLM_FLASH_PIPELINE=1): in the loop's tile k, S of tile k + 1 is
+// issued with tile k's softmax and P·V, so that a warp has independent products to issue
+// while it waits on the others' results; the same operations in the same order, so the same
+// bits. K tile k + 2 loads into the stage K tile k left, V tile k + 1 (and its key
+// positions) into the stage V tile k − 1 left; one barrier a tile: after it every warp is
+// done with tile k − 1 and K tile k + 1 and V tile k are in.
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads) flash_forward_pipelined_kernel(ForwardArgs<T> a) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  T* q_tile = reinterpret_cast<T*>(shared);  // (64, D + 8)
+  T* k_tiles = q_tile + kTileElements<D>;    // 2 × (64, D + 8)
+  T* v_tiles = k_tiles + 2 * kTileElements<D>;
+  __shared__ int64_t key_pos[2][kTileRows];  // mask positions of each V stage's keys
+
+  const FlashShape& s = a.shape;
+  const int64_t bh = blockIdx.x;  // b·H + h
+  const int64_t kv = (bh / s.H) * s.Hkv + (bh % s.H) / (s.H / s.Hkv);
+  const int64_t t0 = (static_cast<int64_t>(gridDim.y) - 1 - blockIdx.y) * kTileRows;
+  const T* k = a.k + kv * s.S * D;  // (S, D)
+  const T* v = a.v + kv * s.S * D;  // (S, D)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+  const int64_t key_tiles = key_tiles_end(s, t0);
+  const auto load_k = [&](int64_t tile) {
+    load_tile_async<T, D>(k_tiles + (tile & 1) * kTileElements<D>, k, tile * kTileRows, s.S);
+  };
+  const auto load_v = [&](int64_t tile) {  // with the tile's key positions
+    const int stage = static_cast<int>(tile & 1);
+    const int64_t j0 = tile * kTileRows;
+    load_tile_async<T, D>(v_tiles + stage * kTileElements<D>, v, j0, s.S);
+    if (threadIdx.x < kTileRows && j0 + threadIdx.x < s.S)
+      key_pos[stage][threadIdx.x] = key_position(s, j0 + threadIdx.x);
+  };
+
+  int64_t query_pos[2];
+  query_positions(query_pos, s, t0, warp, g);
+  float o[D / 8][4] = {};  // output accumulator, 16 × D per warp
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  uint32_t q_frag[D / 16][4];  // the warp's 16 query rows as A operands
+  float sc[8][4];              // S of the next tile, 16 × 64 per warp
+  if (key_tiles > 0) {
+    load_tile_async<T, D>(q_tile, a.q + bh * s.T * D, t0, s.T);
+    load_k(0);
+    if (key_tiles > 1) load_k(1);
+    load_v(0);
+    commit_async();
+    wait_async<0>();
+    __syncthreads();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      load_a(q_frag[ks], q_tile, kStride<D>, warp * 16, ks * 16, lane);
+    tile_scores<T, D>(sc, q_frag, k_tiles, lane);
+  }
+  // Tile k; with_next: a tile follows, whose scores are issued here. Two instantiations keep
+  // the products of both tiles in one basic block.
+  const auto run_tile = [&](int64_t tile, auto with_next) {
+    constexpr bool kNext = decltype(with_next)::value;
+    const int stage = static_cast<int>(tile & 1);
+    wait_async<0>();  // K tile + 1 and V tile, loaded since tile − 1
+    __syncthreads();  // every warp is done with tile − 1 (and with the prologue's K tile 0)
+    if (tile + 2 < key_tiles) load_k(tile + 2);  // into the stage K tile `tile` left
+    if constexpr (kNext) load_v(tile + 1);       // into the stage V tile − 1 left
+    commit_async();
+    float p[8][4];  // this tile's S, then P
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p[nt][e] = sc[nt][e];
+    if constexpr (kNext)
+      tile_scores<T, D>(sc, q_frag, k_tiles + (stage ^ 1) * kTileElements<D>, lane);
+    const int64_t j0 = tile * kTileRows;
+    softmax_and_values<T, D>(p, o, row_max, row_sum, tile_needs_mask(s, t0, j0), s, j0, query_pos,
+                             key_pos[stage], v_tiles + stage * kTileElements<D>, lane);
+  };
+  if (key_tiles > 0) {
+    for (int64_t tile = 0; tile + 1 < key_tiles; ++tile) run_tile(tile, std::true_type{});
+    run_tile(key_tiles - 1, std::false_type{});
+  }
+  store_output<T, D>(a, o, row_max, row_sum, bh, t0, warp, lane);
+}
+
+template <class T, int D>
 void launch_forward(const ForwardArgs<T>& args, cudaStream_t stream) {
   const size_t bytes = forward_shared_bytes<D>(sizeof(T));
-  allow_shared_bytes<flash_forward_kernel<T, D>>(bytes);
   const dim3 grid(static_cast<unsigned>(args.shape.B * args.shape.H),
                   static_cast<unsigned>(tiles_of(args.shape.T)));
-  flash_forward_kernel<T, D><<<grid, kThreads, bytes, stream>>>(args);
+  if (switch_on("MICROLLM_FLASH_PIPELINE")) {
+    allow_shared_bytes<flash_forward_pipelined_kernel<T, D>>(bytes);
+    flash_forward_pipelined_kernel<T, D><<<grid, kThreads, bytes, stream>>>(args);
+  } else {
+    allow_shared_bytes<flash_forward_kernel<T, D>>(bytes);
+    flash_forward_kernel<T, D><<<grid, kThreads, bytes, stream>>>(args);
+  }
   CUDA_CHECK_LAUNCH("flash_forward_kernel");
 }
 

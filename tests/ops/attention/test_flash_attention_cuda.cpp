@@ -2,7 +2,7 @@
 // which is the CPU reference there and flash on CUDA: AutoPicksFlashWhereItApplies shows
 // it is flash's bits) (forward and every input gradient, BF16 and F16, by relative L2 error),
 // against the materialized CUDA kernel at the training shapes, bitwise reproducibility, the
-// pipelined dK/dV form against the default one bit for bit, and the errors of asking for it
+// pipelined forms against the default ones bit for bit, and the errors of asking for it
 // where it does not apply.
 #include <gtest/gtest.h>
 
@@ -141,11 +141,12 @@ TEST(CudaFlashAttention, MatchesTheMaterializedKernelAtTrainingShapesAndIsReprod
   }
 }
 
-// The pipelined dK/dV form (MICROLLM_FLASH_DKDV_PIPELINE=1, D 64) runs the same products in
-// the same order as the default form, so every gradient has its bits: causal and full masks,
-// T < S, GQA groups split in parts or not, lengths off the 64-row tiles, a step count of one,
-// explicit positions, F16, and the training shape.
-TEST(CudaFlashAttention, PipelinedDkDvGivesTheDefaultFormsBits) {
+// The pipelined forms (MICROLLM_FLASH_PIPELINE=1: the forward at D 64 and 128, dK/dV at D 64)
+// run the same operations in the same order as the default forms, so the output and every
+// gradient have their bits: causal and full masks, T < S, GQA groups split in parts or not,
+// lengths off the 64-row tiles, one key tile and one step, explicit positions, F16, and the
+// training shape.
+TEST(CudaFlashAttention, PipelinedFormsGiveTheDefaultFormsBits) {
   MICROLLM_REQUIRE_CUDA();
   struct Case {
     FlashCase shape;
@@ -159,8 +160,10 @@ TEST(CudaFlashAttention, PipelinedDkDvGivesTheDefaultFormsBits) {
                                    {{1, 2, 1, 129, 129, 64, false}, DType::BF16, false},
                                    {{1, 2, 2, 1, 1, 64, true}, DType::BF16, false},
                                    {{1, 8, 8, 200, 200, 64, true}, DType::BF16, false},
-                                   {{2, 4, 2, 70, 90, 64, true}, DType::BF16, true}};
-  const char* before = std::getenv("MICROLLM_FLASH_DKDV_PIPELINE");
+                                   {{2, 4, 2, 70, 90, 64, true}, DType::BF16, true},
+                                   {{1, 16, 2, 130, 130, 128, true}, DType::BF16, false},
+                                   {{2, 7, 1, 64, 64, 128, false}, DType::F16, false}};
+  const char* before = std::getenv("MICROLLM_FLASH_PIPELINE");
   const std::string saved = before != nullptr ? before : "";
   for (const Case& c : cases) {
     const FlashCase& f = c.shape;
@@ -174,9 +177,9 @@ TEST(CudaFlashAttention, PipelinedDkDvGivesTheDefaultFormsBits) {
       options.q_positions = Tensor::from_vector(q_pos, {f.T}, DType::I64).to(Device::cuda(0));
       options.k_positions = Tensor::from_vector(k_pos, {f.S}, DType::I64).to(Device::cuda(0));
     }
-    setenv("MICROLLM_FLASH_DKDV_PIPELINE", "0", 1);
+    setenv("MICROLLM_FLASH_PIPELINE", "0", 1);
     const Result plain = run_cuda(q, k, v, dout, c.dtype, options);
-    setenv("MICROLLM_FLASH_DKDV_PIPELINE", "1", 1);
+    setenv("MICROLLM_FLASH_PIPELINE", "1", 1);
     const Result pipelined = run_cuda(q, k, v, dout, c.dtype, options);
     const std::string where = describe(f, c.dtype) + (c.positions ? " positions" : "");
     EXPECT_TRUE(bit_equal(pipelined.out, plain.out)) << where;
@@ -185,9 +188,9 @@ TEST(CudaFlashAttention, PipelinedDkDvGivesTheDefaultFormsBits) {
     EXPECT_TRUE(bit_equal(pipelined.dv, plain.dv)) << where;
   }
   if (before != nullptr)
-    setenv("MICROLLM_FLASH_DKDV_PIPELINE", saved.c_str(), 1);
+    setenv("MICROLLM_FLASH_PIPELINE", saved.c_str(), 1);
   else
-    unsetenv("MICROLLM_FLASH_DKDV_PIPELINE");
+    unsetenv("MICROLLM_FLASH_PIPELINE");
 }
 
 // Auto takes flash for BF16 with D 64 (the same bits as asking for it), the reference for F32.
