@@ -123,8 +123,8 @@ __device__ __forceinline__ void adamw_runs(const AdamWStreams<T>& b, int64_t beg
 }
 
 // A block per chunk of kChunk elements of one tensor. kRuns: runs of four where the tensor's
-// pointers allow them (MICROLLM_ADAMW_RUNS=1); the same operations on every element, so the
-// same bits either way.
+// pointers allow them (the default; MICROLLM_ADAMW_RUNS=0 takes one element at a time); the
+// same operations on every element, so the same bits either way.
 template <class T, bool kRuns>
 __global__ void __launch_bounds__(kThreads) adamw_kernel(AdamWBatch batch, AdamWFloats s) {
   const int t = tensor_of(batch, blockIdx.x);
@@ -222,7 +222,7 @@ void adamw_step_cuda(const std::vector<AdamWTensors>& tensors, const AdamWScalar
                       static_cast<float>(s.grad_scale),
                       s.grad_scale != 1.0};
   const cudaStream_t stream = stream_of(tensors.front().param);
-  const bool runs = switch_on("MICROLLM_ADAMW_RUNS");
+  const bool runs = !switch_off("MICROLLM_ADAMW_RUNS");
   for_each_batch<AdamWBatch>(
       tensors.size(), [&](size_t i) { return tensors[i].param.dtype(); },
       [&](size_t i) { return tensors[i].param.numel(); },

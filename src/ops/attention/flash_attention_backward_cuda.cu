@@ -22,7 +22,6 @@
 #include "../cuda_common.cuh"
 #include "attention_kernels.h"
 #include "flash_attention.cuh"
-#include "microllm/core/switch.h"
 
 namespace microllm::ops {
 namespace {
@@ -225,14 +224,6 @@ __global__ void __launch_bounds__(kThreads) flash_dq_recompute_kernel(BackwardAr
 // dK and dV: a block per 64 key rows of one (b, KV head) and one part of its group's heads,
 // streaming kQ query rows at a time over the part's heads in order, then the visible query
 // tiles in order; with kWriteScratch it also writes dSᵀ to the scratch for the dQ kernel.
-// Two forms with the same products in the same order, so the same bits:
-//   flash_dkdv_kernel            a step's Sᵀ and dPᵀ, then its dV and dK products; two stages
-//                                of query tiles;
-//   flash_dkdv_pipelined_kernel  the next step's Sᵀ and dPᵀ issued with this step's
-//                                probabilities and dV and dK products, so that a warp has
-//                                independent products to issue while the others wait on their
-//                                results; three stages of query tiles, one barrier a step
-//                                (MICROLLM_FLASH_PIPELINE=1, D 64, 32 query rows a step).
 template <int D>
 constexpr int kBackwardQueries = D == 128 ? 32 : 64;
 
@@ -390,9 +381,9 @@ __device__ __forceinline__ void store_dkdv(const BackwardArgs<T>& a, const DkdvB
   store_rows<D>(a.dv + r0 * D, dv, 1.0f, b.j0 + warp * 16, s.S, g, c);
 }
 
-template <class T, int D, int kQ, int kStages>
-constexpr size_t dkdv_shared_bytes() {  // K and V, then kStages stages of Q and of dO
-  return (2 * kTileElements<D> + 2 * kStages * kTileElements<D, kQ>)*sizeof(T);
+template <class T, int D>
+constexpr size_t dkdv_shared_bytes() {  // K and V, then two stages of Q and of dO
+  return (2 * kTileElements<D> + 4 * kTileElements<D, kBackwardQueries<D>>)*sizeof(T);
 }
 
 template <class T, int D, bool kWriteScratch>
@@ -446,97 +437,6 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
       write_ds<T, kQ>(a, ds, b.head_of(step), b.j0 + warp * 16, stats.first[stage], g, c);
     if (step + 1 < b.steps) publish(stats, next, stage ^ 1);  // the stage no warp reads now
     __syncthreads();
-  }
-  store_dkdv(a, b, dk, dv, warp, g, c);
-}
-
-// The pipelined form (see above): in the loop's step i, the Q and dO tiles of step i + 2 start
-// loading into the stage step i − 1 used; the statistics of step i + 1, fetched in step
-// i − 1, are published; the products Sᵀ and dPᵀ of step i + 1 are issued; step i's
-// probabilities, dV and dK products and dS stores use Sᵀ and dPᵀ from step i − 1. One barrier
-// a step: after it every warp is done with step i − 1 and the tiles of step i + 1 are in.
-constexpr int kPipelineQueries = 32;
-constexpr int kPipelineStages = 3;
-
-template <class T, int D, bool kWriteScratch>
-__global__ void __launch_bounds__(kThreads) flash_dkdv_pipelined_kernel(BackwardArgs<T> a) {
-  constexpr int kQ = kPipelineQueries, kStages = kPipelineStages;
-  extern __shared__ __align__(16) unsigned char shared[];
-  T* k_tile = reinterpret_cast<T*>(shared);  // (64, D + 8)
-  T* v_tile = k_tile + kTileElements<D>;     // (64, D + 8)
-  T* q_tiles = v_tile + kTileElements<D>;    // kStages × (kQ, D + 8)
-  T* do_tiles = q_tiles + kStages * kTileElements<D, kQ>;
-  __shared__ QueryStats<kQ, kStages> stats;
-
-  const FlashShape& s = a.shape;
-  const DkdvBlock<T, D, kQ> b(a);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  const auto q_tile = [&](int stage) { return q_tiles + stage * kTileElements<D, kQ>; };
-  const auto do_tile = [&](int stage) { return do_tiles + stage * kTileElements<D, kQ>; };
-  const auto load_queries = [&](int64_t step, int stage) {
-    return b.load_queries(a, q_tile(stage), do_tile(stage), step);
-  };
-  // Sᵀ and dPᵀ = V·dOᵀ of the step in `stage`: 16 keys × kQ queries per warp.
-  float p[kQ / 8][4], ds[kQ / 8][4];
-  const auto scores = [&](int stage) {
-#pragma unroll
-    for (int nt = 0; nt < kQ / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) p[nt][e] = ds[nt][e] = 0.0f;
-    rows_times_rows<D, kQ>(p, k_tile, q_tile(stage), warp, lane);
-    rows_times_rows<D, kQ>(ds, v_tile, do_tile(stage), warp, lane);
-  };
-  QueryRow pending;  // statistics of the step two ahead, fetched a step before they are published
-  if (b.steps > 0) {
-    load_tile_async<T, D>(k_tile, a.k + b.kv * s.S * D, b.j0, s.S);
-    load_tile_async<T, D>(v_tile, a.v + b.kv * s.S * D, b.j0, s.S);
-    publish(stats, load_queries(0, 0), 0);
-    commit_async();
-    if (b.steps > 1) {
-      pending = load_queries(1, 1);
-      commit_async();
-      wait_async<1>();
-    } else {
-      wait_async<0>();
-    }
-    __syncthreads();
-    scores(0);
-  }
-  const KeyRows keys = key_rows_of(s, b.j0, warp, g);
-  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
-
-  // One step; with_next: a step follows (every step but the last), whose products are
-  // issued here. Two instantiations keep the products of both steps in one basic block.
-  const auto run_step = [&](int64_t step, auto with_next) {
-    constexpr bool kNext = decltype(with_next)::value;
-    const int stage = static_cast<int>(step % kStages);
-    const int next_stage = stage + 1 == kStages ? 0 : stage + 1;
-    const int after_stage = next_stage + 1 == kStages ? 0 : next_stage + 1;
-    wait_async<0>();  // step + 1's tiles, loaded since step − 1
-    __syncthreads();  // every warp is done with step − 1; step + 1's tiles are in
-    if constexpr (kNext) publish(stats, pending, next_stage);  // read after the next barrier
-    if (step + 2 < b.steps) {
-      pending = load_queries(step + 2, after_stage);
-      commit_async();
-    }
-    float p_now[kQ / 8][4], ds_now[kQ / 8][4];  // this step's Sᵀ and dPᵀ
-#pragma unroll
-    for (int nt = 0; nt < kQ / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        p_now[nt][e] = p[nt][e];
-        ds_now[nt][e] = ds[nt][e];
-      }
-    if constexpr (kNext) scores(next_stage);
-    probabilities_and_ds(p_now, ds_now, stats, stage, s, b.j0, keys, c);
-    weights_times_rows<D, kQ>(dv, p_now, do_tile(stage), lane);
-    weights_times_rows<D, kQ>(dk, ds_now, q_tile(stage), lane);
-    if constexpr (kWriteScratch)
-      write_ds<T, kQ>(a, ds_now, b.head_of(step), b.j0 + warp * 16, stats.first[stage], g, c);
-  };
-  if (b.steps > 0) {
-    for (int64_t step = 0; step + 1 < b.steps; ++step) run_step(step, std::true_type{});
-    run_step(b.steps - 1, std::false_type{});
   }
   store_dkdv(a, b, dk, dv, warp, g, c);
 }
@@ -595,25 +495,10 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
   if (s.B * s.Hkv * s.S > 0) {  // with T = 0 this writes zeros to dK and dV
     const dim3 grid(static_cast<unsigned>(s.B * s.Hkv * args.parts),
                     static_cast<unsigned>(tiles_of(s.S)));
-    // Two instantiations of each form, so the loop of the kernel that writes the scratch
-    // carries no test.
-    constexpr size_t kBytes = dkdv_shared_bytes<T, D, kBackwardQueries<D>, 2>();
-    constexpr bool kPipelined = D == 64;  // the pipelined form's registers fit D 64 only
-    constexpr size_t kPipelinedBytes = dkdv_shared_bytes<T, D, kPipelineQueries, kPipelineStages>();
+    // Two instantiations, so the loop of the kernel that writes the scratch carries no test.
+    constexpr size_t kBytes = dkdv_shared_bytes<T, D>();
     if (wgmma) {
       if constexpr (kHasWgmma) launch_dkdv_wgmma(args, stream);
-    } else if (kPipelined && switch_on("MICROLLM_FLASH_PIPELINE")) {
-      if constexpr (kPipelined) {
-        if (args.ds != nullptr) {
-          allow_shared_bytes<flash_dkdv_pipelined_kernel<T, D, true>>(kPipelinedBytes);
-          flash_dkdv_pipelined_kernel<T, D, true>
-              <<<grid, kThreads, kPipelinedBytes, stream>>>(args);
-        } else {
-          allow_shared_bytes<flash_dkdv_pipelined_kernel<T, D, false>>(kPipelinedBytes);
-          flash_dkdv_pipelined_kernel<T, D, false>
-              <<<grid, kThreads, kPipelinedBytes, stream>>>(args);
-        }
-      }
     } else if (args.ds != nullptr) {
       allow_shared_bytes<flash_dkdv_kernel<T, D, true>>(kBytes);
       flash_dkdv_kernel<T, D, true><<<grid, kThreads, kBytes, stream>>>(args);

@@ -8,12 +8,9 @@
 //   exp2(m_old − m_new) → P = exp2(S − m) packed to 16 bits → O += P·V.
 // K and V tiles are double-buffered with cp.async: tile k+1 loads while tile k computes.
 // Every output element has one owner and a fixed order of work: results are deterministic.
-#include <type_traits>
-
 #include "../cuda_common.cuh"
 #include "attention_kernels.h"
 #include "flash_attention.cuh"
-#include "microllm/core/switch.h"
 
 namespace microllm::ops {
 namespace {
@@ -207,98 +204,13 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(ForwardArgs<T> 
   store_output<T, D>(a, o, row_max, row_sum, bh, t0, warp, lane);
 }
 
-// The pipelined form (MICROLLM_FLASH_PIPELINE=1): in the loop's tile k, S of tile k + 1 is
-// issued with tile k's softmax and P·V, so that a warp has independent products to issue
-// while it waits on the others' results; the same operations in the same order, so the same
-// bits. K tile k + 2 loads into the stage K tile k left, V tile k + 1 (and its key
-// positions) into the stage V tile k − 1 left; one barrier a tile: after it every warp is
-// done with tile k − 1 and K tile k + 1 and V tile k are in.
-template <class T, int D>
-__global__ void __launch_bounds__(kThreads) flash_forward_pipelined_kernel(ForwardArgs<T> a) {
-  extern __shared__ __align__(16) unsigned char shared[];
-  T* q_tile = reinterpret_cast<T*>(shared);  // (64, D + 8)
-  T* k_tiles = q_tile + kTileElements<D>;    // 2 × (64, D + 8)
-  T* v_tiles = k_tiles + 2 * kTileElements<D>;
-  __shared__ int64_t key_pos[2][kTileRows];  // mask positions of each V stage's keys
-
-  const FlashShape& s = a.shape;
-  const int64_t bh = blockIdx.x;  // b·H + h
-  const int64_t kv = (bh / s.H) * s.Hkv + (bh % s.H) / (s.H / s.Hkv);
-  const int64_t t0 = (static_cast<int64_t>(gridDim.y) - 1 - blockIdx.y) * kTileRows;
-  const T* k = a.k + kv * s.S * D;  // (S, D)
-  const T* v = a.v + kv * s.S * D;  // (S, D)
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
-  const int64_t key_tiles = key_tiles_end(s, t0);
-  const auto load_k = [&](int64_t tile) {
-    load_tile_async<T, D>(k_tiles + (tile & 1) * kTileElements<D>, k, tile * kTileRows, s.S);
-  };
-  const auto load_v = [&](int64_t tile) {  // with the tile's key positions
-    const int stage = static_cast<int>(tile & 1);
-    const int64_t j0 = tile * kTileRows;
-    load_tile_async<T, D>(v_tiles + stage * kTileElements<D>, v, j0, s.S);
-    if (threadIdx.x < kTileRows && j0 + threadIdx.x < s.S)
-      key_pos[stage][threadIdx.x] = key_position(s, j0 + threadIdx.x);
-  };
-
-  int64_t query_pos[2];
-  query_positions(query_pos, s, t0, warp, g);
-  float o[D / 8][4] = {};  // output accumulator, 16 × D per warp
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
-  uint32_t q_frag[D / 16][4];  // the warp's 16 query rows as A operands
-  float sc[8][4];              // S of the next tile, 16 × 64 per warp
-  if (key_tiles > 0) {
-    load_tile_async<T, D>(q_tile, a.q + bh * s.T * D, t0, s.T);
-    load_k(0);
-    if (key_tiles > 1) load_k(1);
-    load_v(0);
-    commit_async();
-    wait_async<0>();
-    __syncthreads();
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks)
-      load_a(q_frag[ks], q_tile, kStride<D>, warp * 16, ks * 16, lane);
-    tile_scores<T, D>(sc, q_frag, k_tiles, lane);
-  }
-  // Tile k; with_next: a tile follows, whose scores are issued here. Two instantiations keep
-  // the products of both tiles in one basic block.
-  const auto run_tile = [&](int64_t tile, auto with_next) {
-    constexpr bool kNext = decltype(with_next)::value;
-    const int stage = static_cast<int>(tile & 1);
-    wait_async<0>();  // K tile + 1 and V tile, loaded since tile − 1
-    __syncthreads();  // every warp is done with tile − 1 (and with the prologue's K tile 0)
-    if (tile + 2 < key_tiles) load_k(tile + 2);  // into the stage K tile `tile` left
-    if constexpr (kNext) load_v(tile + 1);       // into the stage V tile − 1 left
-    commit_async();
-    float p[8][4];  // this tile's S, then P
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) p[nt][e] = sc[nt][e];
-    if constexpr (kNext)
-      tile_scores<T, D>(sc, q_frag, k_tiles + (stage ^ 1) * kTileElements<D>, lane);
-    const int64_t j0 = tile * kTileRows;
-    softmax_and_values<T, D>(p, o, row_max, row_sum, tile_needs_mask(s, t0, j0), s, j0, query_pos,
-                             key_pos[stage], v_tiles + stage * kTileElements<D>, lane);
-  };
-  if (key_tiles > 0) {
-    for (int64_t tile = 0; tile + 1 < key_tiles; ++tile) run_tile(tile, std::true_type{});
-    run_tile(key_tiles - 1, std::false_type{});
-  }
-  store_output<T, D>(a, o, row_max, row_sum, bh, t0, warp, lane);
-}
-
 template <class T, int D>
 void launch_forward(const ForwardArgs<T>& args, cudaStream_t stream) {
   const size_t bytes = forward_shared_bytes<D>(sizeof(T));
   const dim3 grid(static_cast<unsigned>(args.shape.B * args.shape.H),
                   static_cast<unsigned>(tiles_of(args.shape.T)));
-  if (switch_on("MICROLLM_FLASH_PIPELINE")) {
-    allow_shared_bytes<flash_forward_pipelined_kernel<T, D>>(bytes);
-    flash_forward_pipelined_kernel<T, D><<<grid, kThreads, bytes, stream>>>(args);
-  } else {
-    allow_shared_bytes<flash_forward_kernel<T, D>>(bytes);
-    flash_forward_kernel<T, D><<<grid, kThreads, bytes, stream>>>(args);
-  }
+  allow_shared_bytes<flash_forward_kernel<T, D>>(bytes);
+  flash_forward_kernel<T, D><<<grid, kThreads, bytes, stream>>>(args);
   CUDA_CHECK_LAUNCH("flash_forward_kernel");
 }
 

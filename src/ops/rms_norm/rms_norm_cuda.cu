@@ -17,10 +17,10 @@
 // dweight is a column sum over all rows, done without atomics so it is deterministic:
 // kernel 1 gives each block a tile of columns and a fixed chunk of rows and writes the
 // chunk's column sums to an F32 scratch (chunks, C); kernel 2 adds the chunks per column in
-// a fixed order and rounds once to the weight's dtype. The chunking depends only on R. With
-// MICROLLM_FUSED_NORM_BACKWARD=1 (off by default until measured; rows of one warp) kernel 1's
-// sums come from the dx pass itself, which holds x and dy already: one read of each instead of
-// two, and the same bits.
+// a fixed order and rounds once to the weight's dtype. The chunking depends only on R. For
+// rows of one warp kernel 1's sums come from the dx pass itself, which holds x and dy
+// already: one read of each instead of two, and the same bits (the default;
+// MICROLLM_FUSED_NORM_BACKWARD=0 runs the dx kernel and kernel 1 apart).
 #include <algorithm>
 
 #include "../cuda_common.cuh"
@@ -419,10 +419,10 @@ void rms_norm_backward_cuda(const Tensor& x, const Tensor& weight, const Tensor&
     Tensor
         partial;  // (num_chunks, C) F32; stream-ordered, so freeing it after the launches is safe
     if (num_chunks > 0) partial = Tensor::empty({num_chunks, C}, DType::F32, x.device());
-    // dx with the partial sums in the same pass (MICROLLM_FUSED_NORM_BACKWARD=1, rows of one
-    // warp): the bits of the two kernels below.
+    // dx with the partial sums in the same pass (rows of one warp; MICROLLM_FUSED_NORM_BACKWARD=0
+    // turns it off): the bits of the two kernels below.
     if (num_chunks > 0 && groups <= kWarpRowMaxGroups &&
-        switch_on("MICROLLM_FUSED_NORM_BACKWARD")) {
+        !switch_off("MICROLLM_FUSED_NORM_BACKWARD")) {
       rms_norm_backward_fused_kernel<T>
           <<<static_cast<unsigned>(num_chunks), dim3(kWarp, kRowLanes), 0, stream>>>(
               ptr<const T>(x), ptr<const T>(weight), ptr<const float>(rstd), ptr<const T>(dy),

@@ -4,13 +4,13 @@
 // offset; the sum of squares within F32 rounding of the CPU's and the same bits on every call.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "cuda/cuda_test_utils.h"
 #include "microllm/core/random.h"
 #include "microllm/ops/adamw.h"
+#include "support/scoped_env.h"
 
 using namespace microllm;
 using microllm::testing::bit_equal;
@@ -86,14 +86,12 @@ TEST(CudaFusedAdamW, SumOfSquaresMatchesTheCpuAndRepeats) {
 }
 
 // Parameters as views into flat buffers at offsets of 0–3 elements, so that some tensors
-// cannot take runs of four and the others start their runs mid-buffer: with runs of four
-// (MICROLLM_ADAMW_RUNS=1) and without, the CPU's bits.
+// cannot take runs of four and the others start their runs mid-buffer: with runs of four (the
+// default) and one element at a time (MICROLLM_ADAMW_RUNS=0), the CPU's bits.
 TEST(CudaFusedAdamW, RunsOfFourGiveTheCpuBitsOnOffsetViews) {
   MICROLLM_REQUIRE_CUDA();
-  const char* before = std::getenv("MICROLLM_ADAMW_RUNS");
-  const std::string saved = before != nullptr ? before : "";
   for (const char* runs : {"0", "1"}) {
-    setenv("MICROLLM_ADAMW_RUNS", runs, 1);
+    const microllm::testing::ScopedEnv env("MICROLLM_ADAMW_RUNS", runs);
     for (DType dtype : {DType::F32, DType::BF16}) {
       std::vector<ops::AdamWTensors> cpu, gpu;
       for (int i = 0; i < 12; ++i) {
@@ -136,8 +134,4 @@ TEST(CudaFusedAdamW, RunsOfFourGiveTheCpuBitsOnOffsetViews) {
       }
     }
   }
-  if (before != nullptr)
-    setenv("MICROLLM_ADAMW_RUNS", saved.c_str(), 1);
-  else
-    unsetenv("MICROLLM_ADAMW_RUNS");
 }

@@ -3,7 +3,7 @@
 // widths that are not multiples of the warp or of a 16-byte vector, the warp-per-row and
 // block-per-row kernels, enough rows for the chunked dweight sum (bitwise deterministic),
 // views with an unaligned start (scalar path) and transposed views; the fused backward
-// (MICROLLM_FUSED_NORM_BACKWARD=1) against the separate kernels, bit for bit.
+// (the default) against the separate kernels (MICROLLM_FUSED_NORM_BACKWARD=0), bit for bit.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -188,10 +188,11 @@ TEST(CudaAddRmsNorm, FusedNodeIsItsCompositionBitForBit) {
           microllm::testing::add_rms_norm_is_its_composition(shape, dtype, Device::cuda(0)));
 }
 
-// MICROLLM_FUSED_NORM_BACKWARD=1: dx and the weight gradient's partial sums in one kernel
-// give the two kernels' bits, for rms_norm and add_rms_norm (whose backward adds the residual's
-// gradient), at the training shape (8,192 × 896), few rows, rows not a multiple of the row
-// lanes, widths off the 16-byte path, and a width past one warp's row (the separate kernels).
+// dx and the weight gradient's partial sums in one kernel (the default;
+// MICROLLM_FUSED_NORM_BACKWARD=0 gives the separate kernels) give the two kernels' bits, for
+// rms_norm and add_rms_norm (whose backward adds the residual's gradient), at the training shape
+// (8,192 × 896), few rows, rows not a multiple of the row lanes, widths off the 16-byte path, and a
+// width past one warp's row (the separate kernels).
 TEST(CudaRmsNorm, FusedBackwardGivesTheSeparateKernelsBits) {
   MICROLLM_REQUIRE_CUDA();
   const Device gpu = Device::cuda(0);
