@@ -221,168 +221,15 @@ __global__ void __launch_bounds__(kThreads) flash_dq_recompute_kernel(BackwardAr
   wait_async<0>();
   store_rows<D>(a.dq + bh * s.T * D, dq, s.scale, t0 + warp * 16, s.T, g, c);
 }
+
 // dK and dV: a block per 64 key rows of one (b, KV head) and one part of its group's heads,
 // streaming kQ query rows at a time over the part's heads in order, then the visible query
 // tiles in order; with kWriteScratch it also writes dSᵀ to the scratch for the dQ kernel.
 template <int D>
 constexpr int kBackwardQueries = D == 128 ? 32 : 64;
 
-// The query side of kStages steps in shared memory: each query row's log-sum-exp, delta,
-// mask position and whether it is inside T, and each step's first query row.
-template <int kQ, int kStages>
-struct QueryStats {
-  float lse[kStages][kQ], delta[kStages][kQ];
-  int64_t pos[kStages][kQ];
-  bool real[kStages][kQ];
-  int64_t first[kStages];
-};
-
-// One query row's statistics, fetched by thread t < kQ for row q0 + t of a step into
-// registers and published into a stage of QueryStats later, so that the global loads' latency
-// hides behind products instead of stalling the warps that issue them.
-struct QueryRow {
-  float lse = INFINITY, delta = 0.0f;
-  int64_t pos = 0, q0 = 0;
-  bool real = false;
-};
-
-template <int kQ, int kStages>
-__device__ __forceinline__ void publish(QueryStats<kQ, kStages>& stats, const QueryRow& row,
-                                        int stage) {
-  if (threadIdx.x == 0) stats.first[stage] = row.q0;
-  if (threadIdx.x < kQ) {
-    stats.real[stage][threadIdx.x] = row.real;
-    stats.lse[stage][threadIdx.x] = row.lse;
-    stats.delta[stage][threadIdx.x] = row.delta;
-    stats.pos[stage][threadIdx.x] = row.pos;
-  }
-}
-
-// What a dK/dV block walks: its (b, KV head), its part of the group's heads, its key tile,
-// and the steps over (head of the part, query block of kQ rows). Causal default positions
-// skip the query blocks before the first 64-row tile that sees key j0 (64, not kQ: the dQ
-// kernel reads the dS of every query of the tiles it visits, so all of them are written).
-template <class T, int D, int kQ>
-struct DkdvBlock {
-  int64_t kv, first_bh, j0, q_begin, per_head, steps;
-  int part;
-
-  __device__ explicit DkdvBlock(const BackwardArgs<T>& a) {
-    const FlashShape& s = a.shape;
-    kv = blockIdx.x / a.parts;  // b·Hkv + KV head
-    part = static_cast<int>(blockIdx.x % a.parts);
-    const int64_t group = s.H / s.Hkv, heads = group / a.parts;  // heads of this block's part
-    first_bh = (kv / s.Hkv) * s.H + (kv % s.Hkv) * group + part * heads;
-    j0 = static_cast<int64_t>(blockIdx.y) * kTileRows;  // causal: most work first
-    q_begin = query_blocks_begin(s, j0, kTileRows) * (kTileRows / kQ);
-    const int64_t q_blocks = (s.T + kQ - 1) / kQ;
-    per_head = q_blocks > q_begin ? q_blocks - q_begin : 0;
-    steps = heads * per_head;
-  }
-  __device__ int64_t head_of(int64_t step) const { return first_bh + step / per_head; }
-
-  // Starts the copies of step's Q and dO rows into their tiles (not committed) and fetches
-  // this thread's query row statistics.
-  __device__ QueryRow load_queries(const BackwardArgs<T>& a, T* q_tile, T* do_tile,
-                                   int64_t step) const {
-    const FlashShape& s = a.shape;
-    const int64_t bh = head_of(step);
-    QueryRow row;
-    row.q0 = (q_begin + step % per_head) * kQ;
-    load_tile_async<T, D, kQ>(q_tile, a.q + bh * s.T * D, row.q0, s.T);
-    load_tile_async<T, D, kQ>(do_tile, a.dout + bh * s.T * D, row.q0, s.T);
-    const int64_t t = row.q0 + threadIdx.x;
-    if (threadIdx.x < kQ && t < s.T) {
-      row.real = true;
-      row.lse = a.lse[bh * s.T + t];
-      row.delta = a.delta[bh * s.T + t];
-      row.pos = query_position(s, t);
-    }
-    return row;
-  }
-};
-
-// A thread's two key rows of the block's tile (rows warp·16 + g and + 8): their mask
-// positions and whether they are inside S.
-struct KeyRows {
-  int64_t pos[2];
-  bool real[2];
-};
-__device__ __forceinline__ KeyRows key_rows_of(const FlashShape& s, int64_t j0, int warp, int g) {
-  KeyRows keys;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int64_t j = j0 + warp * 16 + g + 8 * i;
-    keys.real[i] = j < s.S;
-    keys.pos[i] = keys.real[i] ? key_position(s, j) : 0;
-  }
-  return keys;
-}
-
-// Pᵀ = exp2(Sᵀ₂ − lse₂) into p and dSᵀ = Pᵀ ∘ (dPᵀ − delta) into ds, in place, for a warp's
-// 16 keys × kQ queries of one step; the same arithmetic in both branches, only tiles that
-// need the mask test each pair.
-template <int kQ, int kStages>
-__device__ __forceinline__ void probabilities_and_ds(float (&p)[kQ / 8][4], float (&ds)[kQ / 8][4],
-                                                     const QueryStats<kQ, kStages>& q, int stage,
-                                                     const FlashShape& s, int64_t j0,
-                                                     const KeyRows& keys, int c) {
-  if (tile_needs_mask(s, q.first[stage], j0)) {
-#pragma unroll
-    for (int nt = 0; nt < kQ / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e / 2, n = nt * 8 + 2 * c + (e & 1);
-        const bool seen =
-            keys.real[i] && q.real[stage][n] && visible(s, q.pos[stage][n], keys.pos[i]);
-        p[nt][e] = seen ? exp2f(p[nt][e] * s.scale_log2 - q.lse[stage][n]) : 0.0f;
-        ds[nt][e] = p[nt][e] * (ds[nt][e] - q.delta[stage][n]);
-      }
-  } else {
-#pragma unroll
-    for (int nt = 0; nt < kQ / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int n = nt * 8 + 2 * c + (e & 1);
-        p[nt][e] = exp2f(p[nt][e] * s.scale_log2 - q.lse[stage][n]);
-        ds[nt][e] = p[nt][e] * (ds[nt][e] - q.delta[stage][n]);
-      }
-  }
-}
-
-// dSᵀ rows of a warp's 16 keys (from key row `key0`), queries q0.. of head bh, into the scratch.
-template <class T, int kQ>
-__device__ __forceinline__ void write_ds(const BackwardArgs<T>& a, const float (&ds)[kQ / 8][4],
-                                         int64_t bh, int64_t key0, int64_t q0, int g, int c) {
-  T* out = a.ds + (bh * a.ds_rows + key0 + g) * a.ds_pitch + q0 + 2 * c;
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int nt = 0; nt < kQ / 8; ++nt)
-      *reinterpret_cast<uint32_t*>(out + 8 * i * a.ds_pitch + nt * 8) =
-          pack_pair<T>(ds[nt][2 * i], ds[nt][2 * i + 1]);
-}
-
-// The block's dK and dV rows: with parts, this part's F32 sums (flash_sum_parts_kernel
-// scales and rounds their total); else dK scaled and both rounded to T.
-template <class T, int D, int kQ>
-__device__ __forceinline__ void store_dkdv(const BackwardArgs<T>& a, const DkdvBlock<T, D, kQ>& b,
-                                           const float (&dk)[D / 8][4], const float (&dv)[D / 8][4],
-                                           int warp, int g, int c) {
-  const FlashShape& s = a.shape;
-  if (a.parts > 1) {
-    const int64_t r0 = (b.part * s.B * s.Hkv + b.kv) * s.S;  // this part's rows of (b, KV head)
-    store_rows<D>(a.dk_parts + r0 * D, dk, 1.0f, b.j0 + warp * 16, s.S, g, c);
-    store_rows<D>(a.dv_parts + r0 * D, dv, 1.0f, b.j0 + warp * 16, s.S, g, c);
-    return;
-  }
-  const int64_t r0 = b.kv * s.S;  // dk and dv rows of this (b, KV head) start here
-  store_rows<D>(a.dk + r0 * D, dk, s.scale, b.j0 + warp * 16, s.S, g, c);
-  store_rows<D>(a.dv + r0 * D, dv, 1.0f, b.j0 + warp * 16, s.S, g, c);
-}
-
 template <class T, int D>
-constexpr size_t dkdv_shared_bytes() {  // K and V, then two stages of Q and of dO
+constexpr size_t dkdv_shared_bytes() {
   return (2 * kTileElements<D> + 4 * kTileElements<D, kBackwardQueries<D>>)*sizeof(T);
 }
 
@@ -394,28 +241,86 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
   T* v_tile = k_tile + kTileElements<D>;     // (64, D + 8)
   T* q_tiles = v_tile + kTileElements<D>;    // 2 × (kQ, D + 8)
   T* do_tiles = q_tiles + 2 * kTileElements<D, kQ>;
-  __shared__ QueryStats<kQ, 2> stats;
+  __shared__ float lse[2][kQ], delta[2][kQ];
+  __shared__ int64_t query_pos[2][kQ];
+  __shared__ bool real_query[2][kQ];
+  __shared__ int64_t block_first_query[2];  // q0 of each stage's query block
 
   const FlashShape& s = a.shape;
-  const DkdvBlock<T, D, kQ> b(a);
+  const int64_t kv = blockIdx.x / a.parts;  // b·Hkv + KV head
+  const int part = static_cast<int>(blockIdx.x % a.parts);
+  const int64_t group = s.H / s.Hkv, heads = group / a.parts;  // heads of this block's part
+  const int64_t first_bh = (kv / s.Hkv) * s.H + (kv % s.Hkv) * group + part * heads;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.y) * kTileRows;  // causal: most work first
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  const auto load_queries = [&](int64_t step, int stage) {
-    return b.load_queries(a, q_tiles + stage * kTileElements<D, kQ>,
-                          do_tiles + stage * kTileElements<D, kQ>, step);
+
+  // Steps over (head of the group, query block of kQ rows); causal default positions skip
+  // the query blocks before the first 64-row tile that sees key j0 (64, not kQ: the dQ
+  // kernel reads the dS of every query of the tiles it visits, so all of them are written).
+  const int64_t q_begin = query_blocks_begin(s, j0, kTileRows) * (kTileRows / kQ);
+  const int64_t q_blocks = (s.T + kQ - 1) / kQ;
+  const int64_t per_head = q_blocks > q_begin ? q_blocks - q_begin : 0;
+  const int64_t steps = heads * per_head;
+
+  // A step's query rows: Q and dO tiles start copying into shared memory; thread t < kQ
+  // fetches query row q0 + t's statistics into registers, which publish() stores into the
+  // stage's shared arrays only after the current step's products, so the loads' latency
+  // hides behind them instead of stalling the warps that issue them.
+  struct QueryRow {
+    float lse = INFINITY, delta = 0.0f;
+    int64_t pos = 0, q0 = 0;
+    bool real = false;
   };
-  if (b.steps > 0) {
-    load_tile_async<T, D>(k_tile, a.k + b.kv * s.S * D, b.j0, s.S);
-    load_tile_async<T, D>(v_tile, a.v + b.kv * s.S * D, b.j0, s.S);
-    publish(stats, load_queries(0, 0), 0);
+  const auto load_queries = [&](int64_t step, int stage) {
+    const int64_t bh = first_bh + step / per_head;
+    QueryRow row;
+    row.q0 = (q_begin + step % per_head) * kQ;
+    load_tile_async<T, D, kQ>(q_tiles + stage * kTileElements<D, kQ>, a.q + bh * s.T * D, row.q0,
+                              s.T);
+    load_tile_async<T, D, kQ>(do_tiles + stage * kTileElements<D, kQ>, a.dout + bh * s.T * D,
+                              row.q0, s.T);
+    const int64_t t = row.q0 + threadIdx.x;
+    if (threadIdx.x < kQ && t < s.T) {
+      row.real = true;
+      row.lse = a.lse[bh * s.T + t];
+      row.delta = a.delta[bh * s.T + t];
+      row.pos = query_position(s, t);
+    }
+    return row;
+  };
+  const auto publish = [&](const QueryRow& row, int stage) {
+    if (threadIdx.x == 0) block_first_query[stage] = row.q0;
+    if (threadIdx.x < kQ) {
+      real_query[stage][threadIdx.x] = row.real;
+      lse[stage][threadIdx.x] = row.lse;
+      delta[stage][threadIdx.x] = row.delta;
+      query_pos[stage][threadIdx.x] = row.pos;
+    }
+  };
+  if (steps > 0) {
+    const T* k = a.k + kv * s.S * D;
+    const T* v = a.v + kv * s.S * D;
+    load_tile_async<T, D>(k_tile, k, j0, s.S);
+    load_tile_async<T, D>(v_tile, v, j0, s.S);
+    publish(load_queries(0, 0), 0);
     commit_async();
   }
-  const KeyRows keys = key_rows_of(s, b.j0, warp, g);
+
+  // This thread's two key rows: tile rows warp·16 + g and + 8.
+  int64_t key_pos[2];
+  bool real_key[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int64_t j = j0 + warp * 16 + g + 8 * i;
+    real_key[i] = j < s.S;
+    key_pos[i] = real_key[i] ? key_position(s, j) : 0;
+  }
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
 
-  for (int64_t step = 0; step < b.steps; ++step) {
+  for (int64_t step = 0; step < steps; ++step) {
     const int stage = static_cast<int>(step & 1);
     QueryRow next;
-    if (step + 1 < b.steps) {  // next_tile's step, with the next queries' statistics kept
+    if (step + 1 < steps) {  // next_tile's step, with the next queries' statistics kept
       next = load_queries(step + 1, stage ^ 1);
       commit_async();
       wait_async<1>();
@@ -430,15 +335,53 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
     rows_times_rows<D, kQ>(p, k_tile, q_tile, warp, lane);
     float ds[kQ / 8][4] = {};  // (dO·Vᵀ)ᵀ = V·dOᵀ, then dSᵀ
     rows_times_rows<D, kQ>(ds, v_tile, do_tile, warp, lane);
-    probabilities_and_ds(p, ds, stats, stage, s, b.j0, keys, c);
+    // The same arithmetic in both branches; only tiles that need the mask test each pair.
+    if (tile_needs_mask(s, block_first_query[stage], j0)) {
+#pragma unroll
+      for (int nt = 0; nt < kQ / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e / 2, n = nt * 8 + 2 * c + (e & 1);
+          const bool seen =
+              real_key[i] && real_query[stage][n] && visible(s, query_pos[stage][n], key_pos[i]);
+          p[nt][e] = seen ? exp2f(p[nt][e] * s.scale_log2 - lse[stage][n]) : 0.0f;
+          ds[nt][e] = p[nt][e] * (ds[nt][e] - delta[stage][n]);
+        }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kQ / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int n = nt * 8 + 2 * c + (e & 1);
+          p[nt][e] = exp2f(p[nt][e] * s.scale_log2 - lse[stage][n]);
+          ds[nt][e] = p[nt][e] * (ds[nt][e] - delta[stage][n]);
+        }
+    }
     weights_times_rows<D, kQ>(dv, p, do_tile, lane);
     weights_times_rows<D, kQ>(dk, ds, q_tile, lane);
-    if constexpr (kWriteScratch)
-      write_ds<T, kQ>(a, ds, b.head_of(step), b.j0 + warp * 16, stats.first[stage], g, c);
-    if (step + 1 < b.steps) publish(stats, next, stage ^ 1);  // the stage no warp reads now
+    if constexpr (kWriteScratch) {  // dSᵀ rows of this warp's keys, queries q0.. of the step's head
+      T* ds_out = a.ds +
+                  ((first_bh + step / per_head) * a.ds_rows + j0 + warp * 16 + g) * a.ds_pitch +
+                  block_first_query[stage] + 2 * c;
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int nt = 0; nt < kQ / 8; ++nt)
+          *reinterpret_cast<uint32_t*>(ds_out + 8 * i * a.ds_pitch + nt * 8) =
+              pack_pair<T>(ds[nt][2 * i], ds[nt][2 * i + 1]);
+    }
+    if (step + 1 < steps) publish(next, stage ^ 1);  // the stage no warp reads now
     __syncthreads();
   }
-  store_dkdv(a, b, dk, dv, warp, g, c);
+  if (a.parts > 1) {  // this part's sums; flash_sum_parts_kernel scales and rounds their total
+    const int64_t r0 = (part * s.B * s.Hkv + kv) * s.S;  // this part's rows of (b, KV head)
+    store_rows<D>(a.dk_parts + r0 * D, dk, 1.0f, j0 + warp * 16, s.S, g, c);
+    store_rows<D>(a.dv_parts + r0 * D, dv, 1.0f, j0 + warp * 16, s.S, g, c);
+    return;
+  }
+  const int64_t r0 = kv * s.S;  // dk and dv rows of this (b, KV head) start here
+  store_rows<D>(a.dk + r0 * D, dk, s.scale, j0 + warp * 16, s.S, g, c);
+  store_rows<D>(a.dv + r0 * D, dv, 1.0f, j0 + warp * 16, s.S, g, c);
 }
 
 // dK = scale · Σ_parts dk_parts, dV = Σ_parts dv_parts, the parts added in order; n = B·Hkv·S·D
@@ -493,18 +436,18 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
     CUDA_CHECK_LAUNCH("flash_delta_kernel");
   }
   if (s.B * s.Hkv * s.S > 0) {  // with T = 0 this writes zeros to dK and dV
+    const size_t bytes = dkdv_shared_bytes<T, D>();
     const dim3 grid(static_cast<unsigned>(s.B * s.Hkv * args.parts),
                     static_cast<unsigned>(tiles_of(s.S)));
     // Two instantiations, so the loop of the kernel that writes the scratch carries no test.
-    constexpr size_t kBytes = dkdv_shared_bytes<T, D>();
     if (wgmma) {
       if constexpr (kHasWgmma) launch_dkdv_wgmma(args, stream);
     } else if (args.ds != nullptr) {
-      allow_shared_bytes<flash_dkdv_kernel<T, D, true>>(kBytes);
-      flash_dkdv_kernel<T, D, true><<<grid, kThreads, kBytes, stream>>>(args);
+      allow_shared_bytes<flash_dkdv_kernel<T, D, true>>(bytes);
+      flash_dkdv_kernel<T, D, true><<<grid, kThreads, bytes, stream>>>(args);
     } else {
-      allow_shared_bytes<flash_dkdv_kernel<T, D, false>>(kBytes);
-      flash_dkdv_kernel<T, D, false><<<grid, kThreads, kBytes, stream>>>(args);
+      allow_shared_bytes<flash_dkdv_kernel<T, D, false>>(bytes);
+      flash_dkdv_kernel<T, D, false><<<grid, kThreads, bytes, stream>>>(args);
     }
     CUDA_CHECK_LAUNCH("flash_dkdv_kernel");
     if (args.parts > 1) {
