@@ -2,7 +2,8 @@
 // flash_attention_backward_cuda.cu for BF16, D 64 and default positions (T ≤ S), in the same
 // scheme: dK/dV writes dSᵀ to the scratch and dQ is one product over it, no atomics, the GQA
 // group's parts summed in order by the caller's sum kernel. The kernel lab's
-// dev/cuda/flash_wgmma_backward.cu holds the same kernels on T = S multiples of 128.
+// dev/cuda/flash_wgmma_backward.cu held the same kernels on T = S multiples of 128 until
+// `bc3c29d` (git history).
 //
 // dK/dV: a block owns 128 keys (two warpgroups of 64) of one KV head and a part of its group's
 // query heads; K and V stay in shared memory while 64-row query tiles (Q, dO, their lse and

@@ -9,7 +9,8 @@
 // O += P_{j−1} · V_{j−1} (P from registers, V read MN-major: no transposed copy), waits for
 // S_j alone, runs tile j's online softmax while P · V is in flight, then waits for it and
 // rescales O. Layouts and descriptors: wgmma.cuh. The kernel lab's dev/cuda/flash_wgmma.cu
-// holds the same kernel on T = S multiples of 128 with a CPU check, and its first variant.
+// held the same kernel on T = S multiples of 128 with a CPU check, and its first variant,
+// until `bc3c29d` (git history).
 
 #include "../cuda_common.cuh"
 #include "attention_kernels.h"
