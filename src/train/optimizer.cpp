@@ -185,16 +185,26 @@ void AdamW::step(double lr) {
   const double bias2 = 1.0 - std::pow(b2, static_cast<double>(steps_));
   const double grad_scale = take_grad_scale();
   if (options_.fused) {
-    std::vector<ops::AdamWTensors> tensors;
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      const Slot& s = slots_[i];
-      const Tensor grad = s.param.grad();  // (shape of the parameter), its dtype
-      if (!grad.defined()) continue;
-      tensors.push_back(
-          {s.param.detach(), grad.contiguous(), s.master, exp_avg_[i], exp_avg_sq_[i], s.decay});
+    if (!fused_tensors_current()) {
+      std::vector<ops::AdamWTensors> tensors;
+      bool in_flat_views = flat();  // every gradient is its parameter's flat gradient view
+      for (size_t i = 0; i < slots_.size(); ++i) {
+        const Slot& s = slots_[i];
+        const Tensor grad = s.param.grad();  // (shape of the parameter), its dtype
+        in_flat_views = in_flat_views && grad.defined() && grad.same(s.param.grad_buffer());
+        if (!grad.defined()) continue;
+        tensors.push_back(
+            {s.param.detach(), grad.contiguous(), s.master, exp_avg_[i], exp_avg_sq_[i], s.decay});
+      }
+      fused_tensors_ = coalesce_adamw(std::move(tensors));
+      fused_grads_.clear();
+      if (in_flat_views)
+        for (const Slot& s : slots_) fused_grads_.push_back(s.param.grad());
     }
-    ops::adamw_step(coalesce_adamw(std::move(tensors)),
+    ops::adamw_step(fused_tensors_,
                     {lr, b1, b2, options_.eps, options_.weight_decay, bias1, bias2, grad_scale});
+    // Tensors that hold gradients outside the flat buffer are not kept past the step.
+    if (fused_grads_.empty()) fused_tensors_.clear();
     return;
   }
   scale_gradients(grad_scale);
@@ -220,6 +230,13 @@ void AdamW::step(double lr) {
     s.master.copy_from(ops::sub(w, update));
     publish(s);
   }
+}
+
+bool AdamW::fused_tensors_current() const {
+  if (fused_tensors_.empty() || fused_grads_.size() != slots_.size()) return false;
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (!slots_[i].param.grad().same(fused_grads_[i])) return false;
+  return true;
 }
 
 NamedTensors AdamW::state() const {

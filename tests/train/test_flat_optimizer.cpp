@@ -2,7 +2,8 @@
 // accumulated in place into a flat gradient buffer, AdamW (reference and fused kernels) and
 // SGD give the bits of the per-tensor optimizer over separately allocated parameters; its
 // one-reduction gradient norm equals an F64 sum and falls back to the tensors when a
-// gradient is missing; coalesce_adamw merges only true neighbours; the trainer is flat.
+// gradient is missing; the fused AdamW's kept tensors are rebuilt when a gradient is missing;
+// coalesce_adamw merges only true neighbours; the trainer is flat.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -122,6 +123,42 @@ TEST(FlatOptimizer, GivesTheBitsOfThePerTensorOptimizer) {
         }
       }
     }
+}
+
+// The fused AdamW keeps its coalesced tensors while every gradient is its flat view; a step
+// where one parameter has no gradient must rebuild them (that parameter and its moments stay
+// as they are), and the next full step too: the bits of the per-tensor fused optimizer at
+// every step.
+TEST(FlatOptimizer, FusedAdamWRebuildsItsTensorsWhenAGradientIsMissing) {
+  const model::ModelWeights weights =
+      model::ModelWeights::random(tiny_config(), Device::cpu(), DType::F32, 7);
+  const model::Transformer flat_model = model::Transformer::from_weights(weights);
+  model::Transformer plain_model(tiny_config(), Device::cpu(), DType::F32, 7);
+  for (const auto& [name, p] : flat_model.parameters()) Tensor(p).set_requires_grad(true);
+  plain_model.set_requires_grad(true);
+  train::AdamWOptions options;
+  options.fused = true;
+  train::AdamW flat(train::optimizer_params(flat_model.parameters()), options, weights.flat());
+  train::AdamW plain(train::optimizer_params(plain_model.parameters()), options);
+  for (int step = 1; step <= 4; ++step) {
+    accumulate(flat_model, random_ids(20 + step));
+    accumulate(plain_model, random_ids(20 + step));
+    if (step == 2 || step == 3) {  // the LM head (step 2) or a norm (step 3) without a gradient
+      const std::string name = step == 2 ? "lm_head.weight" : "model.norm.weight";
+      Tensor(flat_model.parameters().at(name)).zero_grad();
+      Tensor(plain_model.parameters().at(name)).zero_grad();
+    }
+    flat.step(1e-2);
+    plain.step(1e-2);
+    for (const auto& [name, p] : plain_model.parameters())
+      ASSERT_TRUE(same_bits(p, flat_model.parameters().at(name))) << "step " << step << " " << name;
+    flat.zero_grad();
+    plain.zero_grad();
+  }
+  const train::NamedTensors a = plain.state(), b = flat.state();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(same_bits(a[i].second, b[i].second)) << a[i].first;
 }
 
 TEST(FlatOptimizer, GradientNormSkipsAMissingGradientsStaleView) {

@@ -117,8 +117,15 @@ class AdamW final : public Optimizer {
 
  private:
   void init_state();
+  bool fused_tensors_current() const;
   AdamWOptions options_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;  // F32, one per slot
+  // The fused update's tensors, coalesced, kept while every slot's gradient is the same view
+  // of the flat gradient buffer as when they were built (fused_grads_, one per slot): then
+  // they are the same every step, and the host does not rebuild some 300 views a step while
+  // the device waits after the gradient norm's read. Empty otherwise.
+  std::vector<ops::AdamWTensors> fused_tensors_;
+  std::vector<Tensor> fused_grads_;
 };
 
 struct SgdOptions {
