@@ -18,6 +18,7 @@
 #include "model/tiny_config.h"
 #include "ops/op_test_util.h"
 #include "support/scoped_env.h"
+#include "train/flat_and_plain_models.h"
 
 using namespace microllm;
 using microllm::testing::optest::same_bits;
@@ -72,14 +73,13 @@ TEST(FlatOptimizer, GivesTheBitsOfThePerTensorOptimizer) {
       for (const Case& c : {Case{"adamw", false}, Case{"adamw", true}, Case{"sgd", false}}) {
         SCOPED_TRACE(c.kind + (c.fused ? " fused " : " ") + std::string(dtype_name(dtype)) +
                      " family " + std::to_string(static_cast<int>(family)));
-        const model::ModelWeights weights =
-            model::ModelWeights::random(tiny_config(family), Device::cpu(), dtype, 5);
-        const model::Transformer flat_model = model::Transformer::from_weights(weights);
-        model::Transformer plain_model(tiny_config(family), Device::cpu(), dtype, 5);
+        const microllm::testing::FlatAndPlainModels models =
+            microllm::testing::flat_and_plain_models(tiny_config(family), Device::cpu(), dtype, 5);
+        const model::ModelWeights& weights = models.weights;
+        const model::Transformer& flat_model = models.flat;
+        const model::Transformer& plain_model = models.plain;
         for (const auto& [name, p] : plain_model.parameters())
           ASSERT_TRUE(same_bits(p, flat_model.parameters().at(name))) << name;
-        for (const auto& [name, p] : flat_model.parameters()) Tensor(p).set_requires_grad(true);
-        plain_model.set_requires_grad(true);
 
         train::AdamWOptions adamw;
         adamw.fused = c.fused;
@@ -130,12 +130,11 @@ TEST(FlatOptimizer, GivesTheBitsOfThePerTensorOptimizer) {
 // as they are), and the next full step too: the bits of the per-tensor fused optimizer at
 // every step.
 TEST(FlatOptimizer, FusedAdamWRebuildsItsTensorsWhenAGradientIsMissing) {
-  const model::ModelWeights weights =
-      model::ModelWeights::random(tiny_config(), Device::cpu(), DType::F32, 7);
-  const model::Transformer flat_model = model::Transformer::from_weights(weights);
-  model::Transformer plain_model(tiny_config(), Device::cpu(), DType::F32, 7);
-  for (const auto& [name, p] : flat_model.parameters()) Tensor(p).set_requires_grad(true);
-  plain_model.set_requires_grad(true);
+  const microllm::testing::FlatAndPlainModels models =
+      microllm::testing::flat_and_plain_models(tiny_config(), Device::cpu(), DType::F32, 7);
+  const model::ModelWeights& weights = models.weights;
+  const model::Transformer& flat_model = models.flat;
+  const model::Transformer& plain_model = models.plain;
   train::AdamWOptions options;
   options.fused = true;
   train::AdamW flat(train::optimizer_params(flat_model.parameters()), options, weights.flat());

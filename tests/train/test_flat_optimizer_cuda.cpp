@@ -18,6 +18,7 @@
 #include "microllm/ops/elementwise.h"
 #include "microllm/train/optimizer.h"
 #include "support/scoped_env.h"
+#include "train/flat_and_plain_models.h"
 
 using namespace microllm;
 using microllm::testing::bit_equal;
@@ -50,12 +51,11 @@ Tensor random_ids(uint64_t seed, Device device) {
 TEST(CudaFlatOptimizer, GivesTheBitsOfThePerTensorOptimizer) {
   MICROLLM_REQUIRE_CUDA();
   const Device gpu = Device::cuda(0);
-  const model::ModelWeights weights =
-      model::ModelWeights::random(small_config(), gpu, DType::BF16, 9);
-  const model::Transformer flat_model = model::Transformer::from_weights(weights);
-  model::Transformer plain_model(small_config(), gpu, DType::BF16, 9);
-  for (const auto& [name, p] : flat_model.parameters()) Tensor(p).set_requires_grad(true);
-  plain_model.set_requires_grad(true);
+  const microllm::testing::FlatAndPlainModels models =
+      microllm::testing::flat_and_plain_models(small_config(), gpu, DType::BF16, 9);
+  const model::ModelWeights& weights = models.weights;
+  const model::Transformer& flat_model = models.flat;
+  const model::Transformer& plain_model = models.plain;
   train::AdamWOptions options;
   options.fused = true;
   train::AdamW flat(train::optimizer_params(flat_model.parameters()), options, weights.flat());
