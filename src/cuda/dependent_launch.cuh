@@ -20,6 +20,8 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "microllm/cuda/check.h"
@@ -68,6 +70,21 @@ void launch_dependent(const char* name, void (*kernel)(Params...), dim3 grid, di
                       size_t shared_bytes, cudaStream_t stream, Args&&... args) {
   launch_dependent_clusters(name, kernel, grid, block, 1, shared_bytes, stream,
                             std::forward<Args>(args)...);
+}
+
+// Lets `kernel` take up to `bytes` of dynamic shared memory, per device (by default a block
+// may have 48 KB less its static shared memory); the limit only ever rises.
+inline void allow_dynamic_shared(const void* kernel, size_t bytes) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, const void*>, size_t> allowed;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  size_t& limit = allowed[{device, kernel}];
+  if (bytes <= limit) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(bytes)));
+  limit = bytes;
 }
 
 }  // namespace microllm::cuda

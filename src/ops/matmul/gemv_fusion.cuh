@@ -56,6 +56,7 @@ struct GemvParams {
   int cluster_blocks;   // tensor-core kernel: blocks (one cluster) a tile's K slices spread over
   int norm_threads;     // rms_norm_forward_threads(K / kVec<T>): the block the norm would run
   bool stage_x;         // tensor-core kernel without the norm: x staged (stage_rows)
+  bool stage_w;         // tensor-core kernel: W's second pass copied early (stage_w_enabled)
   RopeTargets<T> rope;
 };
 
@@ -295,21 +296,6 @@ inline int64_t resident_clusters(const void* kernel, size_t shared, int cluster)
   const int64_t result = std::max<int64_t>(1, clusters);
   known[{device, kernel, shared, cluster}] = result;
   return result;
-}
-
-// Lets `kernel` take up to `bytes` of dynamic shared memory, per device (by default a block
-// may have 48 KB less its static shared memory); the limit only ever rises.
-inline void allow_dynamic_shared(const void* kernel, size_t bytes) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, const void*>, size_t> allowed;
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  const std::lock_guard<std::mutex> lock(mutex);
-  size_t& limit = allowed[{device, kernel}];
-  if (bytes <= limit) return;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(bytes)));
-  limit = bytes;
 }
 
 // Whether a launch of `kernel` without the norm prologue stages x (`stage_bytes`) in shared

@@ -101,6 +101,12 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
   const int slice = rank * splits + warp % splits;
   const int per_slice = (groups + slices - 1) / slices;
   const int begin = slice * per_slice, end = min(groups, begin + per_slice);
+  // With p.stage_w (the host's promise: one tile a warp, at most two passes) the second pass
+  // is copied into this lane's slots of shared memory (kGemvWarps, kParts, kChunks, 32) before
+  // the wait, so that it is in flight together with the first.
+  uint4* w_stage = reinterpret_cast<uint4*>(
+                       partial + (slices > 1 ? kGemvWarps * kParts * kTileRows * kCols : 0)) +
+                   warp * kParts * kChunks * kWarp;
   uint4 wv[kParts][kChunks];  // one pass of row g of the tile: parts × chunks
   const uint4* w_rows[kParts];
   auto point_at = [&](int64_t tile) {
@@ -126,6 +132,19 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
   if (first_tile < tiles) {
     point_at(first_tile);
     load_pass(begin);
+    if (p.stage_w) {
+#pragma unroll
+      for (int u = 0; u < kChunks; ++u) {
+        const int gi = begin + (kChunks + u) * kChunkGroups + c;
+#pragma unroll
+        for (int q = 0; q < kParts; ++q) {
+          const bool valid = w_rows[q] != nullptr && gi < end;
+          copy16_async(&w_stage[(q * kChunks + u) * kWarp + lane],
+                       valid ? w_rows[q] + gi : reinterpret_cast<const uint4*>(p.w), valid);
+        }
+      }
+      commit_async();
+    }
   }
   enter_dependent_grid();
   if constexpr (kNorm)
@@ -149,7 +168,15 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
         load_pass(begin);
       }
       for (int g0 = begin; g0 < end; g0 += kChunks * kChunkGroups) {
-        if (g0 != begin) load_pass(g0);
+        if (g0 != begin && p.stage_w) {  // the second pass, from this lane's own copies
+          wait_async<0>();
+#pragma unroll
+          for (int u = 0; u < kChunks; ++u)
+#pragma unroll
+            for (int q = 0; q < kParts; ++q) wv[q][u] = w_stage[(q * kChunks + u) * kWarp + lane];
+        } else if (g0 != begin) {
+          load_pass(g0);
+        }
 #pragma unroll
         for (int u = 0; u < kChunks; ++u) {
           if (g0 + u * kChunkGroups >= end) break;  // uniform over the warp
@@ -234,6 +261,12 @@ bool cluster_split_enabled() { return switch_on("MICROLLM_GEMV_CLUSTER_SPLIT"); 
 // default until measured). The cluster split splits every product finer.
 bool fine_split_enabled() { return switch_on("MICROLLM_GEMV_FINE_SPLIT"); }
 
+// Whether the tensor-core kernel copies a warp's second pass of W into shared memory before
+// its wait (where every warp has one tile of at most two passes and the bytes fit with as many
+// blocks resident as the grid needs): MICROLLM_GEMV_STAGE_W=1 (read at each call; off by
+// default until measured). It changes where W is read from, never the order of a sum.
+bool stage_w_enabled() { return switch_on("MICROLLM_GEMV_STAGE_W"); }
+
 // Split-K for a product of `rows` weight rows of `groups` 16-byte groups: the slices of a tile
 // double while the grid is short of a target number of warps and each slice keeps a minimum
 // of groups. By default: within a block only, up to kGemvWarps slices, target kTargetWarps,
@@ -283,7 +316,15 @@ void launch_gemv_tensor_core(const GemvParams<T>& params, int epi, bool norm, cu
                                      : pick(std::integral_constant<int, kPlain>{});
   const void* address = reinterpret_cast<const void*>(kernel);
   p.stage_x = !norm && stage_x_fits(address, sums_bytes, rows_bytes, tile_groups * cluster);
-  const size_t shared = (norm || p.stage_x ? rows_bytes : 0) + sums_bytes;
+  size_t shared = (norm || p.stage_x ? rows_bytes : 0) + sums_bytes;
+  // W's second pass staged: a pass is 16 loads of 16 bytes a lane, whatever the epilogue.
+  const int64_t pass_groups = (16 / parts) * 4;
+  const int64_t per_slice = ceil_div(groups, static_cast<int64_t>(p.splits) * cluster);
+  const size_t w_stage_bytes = sizeof(uint4) * kGemvWarps * 16 * kWarp;
+  p.stage_w = cluster == 1 && per_slice > pass_groups && per_slice <= 2 * pass_groups &&
+              stage_w_enabled() && stage_x_fits(address, shared, w_stage_bytes, tile_groups) &&
+              resident_blocks(address, shared + w_stage_bytes) >= tile_groups;
+  if (p.stage_w) shared += w_stage_bytes;
   allow_dynamic_shared(address, shared);
   // Whole clusters, at most what fits at once; cluster i serves tile groups i, i + clusters, …
   const int64_t fits = cluster > 1 ? resident_clusters(address, shared, static_cast<int>(cluster))
