@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "../cuda_common.cuh"
+#include "microllm/core/switch.h"
 #include "paged_attention_kernels.h"
 
 namespace microllm::ops {
@@ -72,11 +73,16 @@ __device__ RowPlace place_row(const Dims& s, const int32_t* query_starts, const 
 }
 
 // Running softmax state of one query head over some keys: max m, sum l of exp(score − m) and
-// the unnormalized output o; each lane holds o[d] for d = lane + 32·i.
-template <int kD>
+// the unnormalized output o; each lane holds o[d] for d = dim(lane, i): lane + 32·i, or with
+// kContiguous (the chunk kernel) the lane's kD / 32 consecutive dims.
+template <int kD, bool kContiguous = false>
 struct SoftmaxState {
   static constexpr int kPerLane = kD / kWarp;
   float m, l, o[kPerLane];
+
+  static __device__ __forceinline__ int dim(int lane, int i) {
+    return kContiguous ? lane * kPerLane + i : lane + i * kWarp;
+  }
 
   __device__ void reset() {
     m = -INFINITY;
@@ -122,7 +128,7 @@ struct SoftmaxState {
   __device__ void store(T* out_row, int lane) const {
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i)
-      out_row[lane + i * kWarp] = from_float<T>(l > 0.0f ? __fdiv_rn(o[i], l) : 0.0f);
+      out_row[dim(lane, i)] = from_float<T>(l > 0.0f ? __fdiv_rn(o[i], l) : 0.0f);
   }
 };
 
@@ -181,16 +187,17 @@ __device__ void chunk_state(const Dims& s, const CacheT* k_cache, const CacheT* 
 // Split mode: folds the `chunks` partials of query row (n, h) = row in chunk order and
 // stores the normalized output. Called by one warp; the partials come from other blocks, so
 // they are read from L2 (__ldcg), past this SM's L1.
-template <class T, int kD>
+template <class T, class State>
 __device__ void fold_partials(const Dims& s, int64_t row, int chunks, const float* workspace,
                               T* out_row, int lane) {
+  constexpr int kD = State::kPerLane * kWarp;
   const float* stats = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD;
-  SoftmaxState<kD> total;
+  State total;
   total.reset();
   // The loads of kCombinePrefetch chunks are issued together (they do not depend on the
   // fold), then folded one by one in chunk order: one memory latency per group of chunks.
   for (int c0 = 0; c0 < chunks; c0 += kCombinePrefetch) {
-    SoftmaxState<kD> part[kCombinePrefetch];
+    State part[kCombinePrefetch];
 #pragma unroll
     for (int j = 0; j < kCombinePrefetch; ++j) {
       if (c0 + j >= chunks) break;
@@ -198,8 +205,8 @@ __device__ void fold_partials(const Dims& s, int64_t row, int chunks, const floa
       part[j].m = __ldcg(stats + slot * 2);
       part[j].l = __ldcg(stats + slot * 2 + 1);
 #pragma unroll
-      for (int i = 0; i < SoftmaxState<kD>::kPerLane; ++i)
-        part[j].o[i] = __ldcg(workspace + slot * kD + lane + i * kWarp);
+      for (int i = 0; i < State::kPerLane; ++i)
+        part[j].o[i] = __ldcg(workspace + slot * kD + State::dim(lane, i));
     }
 #pragma unroll
     for (int j = 0; j < kCombinePrefetch; ++j) {
@@ -208,6 +215,39 @@ __device__ void fold_partials(const Dims& s, int64_t row, int chunks, const floa
     }
   }
   total.store(out_row, lane);
+}
+
+// Split mode: stores the state of chunk c of query row (n, h) = row into the workspace. One warp.
+template <class State>
+__device__ void store_partial(const Dims& s, float* workspace, int64_t row, int c,
+                              const State& chunk, int lane) {
+  constexpr int kD = State::kPerLane * kWarp;
+  const int64_t slot = partial_slot(s, row, c);
+  float* stats = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD;
+#pragma unroll
+  for (int i = 0; i < State::kPerLane; ++i) workspace[slot * kD + State::dim(lane, i)] = chunk.o[i];
+  if (lane == 0) {
+    stats[slot * 2] = chunk.m;
+    stats[slot * 2 + 1] = chunk.l;
+  }
+}
+
+// Split mode: whether this block is the last of row n's partial blocks (min(splits, chunks),
+// at least block 0) to count; that one folds, and after the fences every partial of the row
+// is visible to it. Called by the whole block.
+__device__ bool last_to_count(const Dims& s, unsigned* counters, int n, int chunks) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned parts = static_cast<unsigned>(max(1, min(s.num_splits, chunks)));
+    unsigned* counter = counters + static_cast<int64_t>(n) * gridDim.y + blockIdx.y;
+    last = atomicAdd(counter, 1u) == parts - 1;
+    if (last) *counter = 0;  // every block of this call has counted: ready for the next
+  }
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
 }
 
 // Partial kernel: single pass (grid z = 1, folds every chunk and writes out) or split mode
@@ -273,38 +313,213 @@ __global__ void __launch_bounds__(kThreads)
   }
   // Each chunk's state as computed, so that the combine folds exactly what a single pass
   // folds.
-  float* stats_base = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD;
   for (int c = blockIdx.z; c * kChunk < place.visible; c += s.num_splits) {
     const int c0 = c * kChunk;
     chunk_state<CacheT, kD>(s, k_cache, v_cache, table_row, kv, c0, min(c0 + kChunk, place.visible),
                             active, q_rows[warp], k_tile, v_tile, chunk, lane,
                             preload && c == static_cast<int>(blockIdx.z));
-    if (!active) continue;  // the barriers of the next chunk are reached by every thread
-    const int64_t slot = partial_slot(s, row, c);
-    float* o = workspace + slot * kD;
+    if (active) store_partial(s, workspace, row, c, chunk, lane);
+  }
+  if (!last_to_count(s, counters, n, chunks)) return;
+  if (active)
+    fold_partials<T, SoftmaxState<kD>>(s, row, chunks, workspace,
+                                       out + n * s.out_row_stride + h * kD, lane);
+}
+
+// ---- The chunk kernel (MICROLLM_PAGED_CHUNKS=1): a whole chunk per barrier -------------
+// The same grid, plan, chunks and fold as the kernel above; what differs is how a block
+// computes a chunk's state. Its keys and values land in shared memory as the cache stores
+// them, by cp.async, 64 rows at once and the block's next chunk while this one is computed
+// (two stages); a warp scores two keys a lane with four partial sums each, and accumulates
+// P·V with its lanes over consecutive dims, even and odd keys apart. The chunk's state is
+// computed over its 64 keys at once, so its bits differ from the kernel above (which runs
+// two 32-key tiles with a rescale between them); both modes of this kernel share them.
+
+// One stage: a chunk's keys and values, rows padded by 16 bytes, so that 8 lanes reading 16
+// bytes of 8 consecutive rows (scores) or a warp reading consecutive dims of one row (P·V)
+// meet no bank conflict.
+template <class CacheT, int kD>
+struct ChunkStage {
+  static constexpr int kPitch = kD + kVec<CacheT>;
+  CacheT k[kChunk][kPitch];
+  CacheT v[kChunk][kPitch];
+};
+
+// Starts the copies of rows [row_begin, row_end) of the chunk of `keys` keys from first_key
+// into `stage`; rows past `keys` are zero-filled (their values then add nothing). Called by
+// the whole block.
+template <class CacheT, int kD>
+__device__ void load_chunk_async(const Dims& s, const CacheT* k_cache, const CacheT* v_cache,
+                                 const int32_t* table_row, int kv, int first_key, int keys,
+                                 ChunkStage<CacheT, kD>& stage, int row_begin, int row_end) {
+  constexpr int kV = kVec<CacheT>, kRowLoads = kD / kV;
+  for (int i = threadIdx.x + row_begin * kRowLoads; i < row_end * kRowLoads; i += kThreads) {
+    const int j = i / kRowLoads, d0 = (i % kRowLoads) * kV;
+    const bool valid = j < keys;
+    int64_t at = 0;  // element offset of the 16 bytes in either cache
+    if (valid) {
+      const int key = first_key + j;
+      const int64_t slot = static_cast<int64_t>(table_row[key / s.BS]) * s.BS + key % s.BS;
+      at = (slot * s.Hkv + kv) * kD + d0;
+    }
+    copy16_async(&stage.k[j][d0], k_cache + at, valid);
+    copy16_async(&stage.v[j][d0], v_cache + at, valid);
+  }
+}
+
+// kN consecutive elements of shared memory as F32 (kN · sizeof(CacheT) bytes, aligned so).
+template <class CacheT, int kN>
+__device__ __forceinline__ void load_floats(const CacheT* at, float (&out)[kN]) {
+  struct alignas(sizeof(CacheT) * kN) Pack {
+    CacheT v[kN];
+  };
+  const Pack x = *reinterpret_cast<const Pack*>(at);
 #pragma unroll
-    for (int i = 0; i < SoftmaxState<kD>::kPerLane; ++i) o[lane + i * kWarp] = chunk.o[i];
-    if (lane == 0) {
-      stats_base[slot * 2] = chunk.m;
-      stats_base[slot * 2 + 1] = chunk.l;
+  for (int e = 0; e < kN; ++e) out[e] = to_float(x.v[e]);
+}
+
+// The state of one query head (q_row, F32) over the `keys` first rows of a stage. Called by a
+// whole warp; probs is the warp's (kChunk) F32 scratch.
+template <class CacheT, int kD>
+__device__ SoftmaxState<kD, true> chunk_of_stage(const float* q_row,
+                                                 const ChunkStage<CacheT, kD>& stage, float* probs,
+                                                 int keys, float scale, int lane) {
+  constexpr int kV = kVec<CacheT>, kPerLane = kD / kWarp;
+  // Scores of keys lane and lane + 32: dims d ≡ e (mod 4) summed apart, then in pairs.
+  float acc[2][4] = {};
+#pragma unroll
+  for (int d0 = 0; d0 < kD; d0 += kV) {
+    float qv[kV];
+#pragma unroll
+    for (int e = 0; e < kV; e += 4) {
+      const float4 f = *reinterpret_cast<const float4*>(q_row + d0 + e);
+      qv[e] = f.x;
+      qv[e + 1] = f.y;
+      qv[e + 2] = f.z;
+      qv[e + 3] = f.w;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float kf[kV];
+      load_floats<CacheT, kV>(&stage.k[lane + r * kWarp][d0], kf);
+#pragma unroll
+      for (int e = 0; e < kV; ++e) acc[r][e % 4] = fmaf(qv[e], kf[e], acc[r][e % 4]);
     }
   }
-  // The row's blocks that take part: min(splits, chunks), at least block 0. The one that
-  // counts last folds (its partials and the others' are visible after the fences).
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned parts = static_cast<unsigned>(max(1, min(s.num_splits, chunks)));
-    unsigned* counter = counters + static_cast<int64_t>(n) * gridDim.y + blockIdx.y;
-    last = atomicAdd(counter, 1u) == parts - 1;
-    if (last) *counter = 0;  // every block of this call has counted: ready for the next
+  float score[2], p[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float dot = (acc[r][0] + acc[r][1]) + (acc[r][2] + acc[r][3]);
+    score[r] = lane + r * kWarp < keys ? dot * scale : -INFINITY;
   }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  SoftmaxState<kD, true> state;
+  state.m = warp_max(fmaxf(score[0], score[1]));  // finite: key 0 of a chunk is visible
+#pragma unroll
+  for (int r = 0; r < 2; ++r) p[r] = lane + r * kWarp < keys ? expf(score[r] - state.m) : 0.0f;
+  state.l = warp_sum(p[0] + p[1]);
+  probs[lane] = p[0];
+  probs[lane + kWarp] = p[1];
+  __syncwarp();
+  // o[d] = Σ_j p_j · v[j][d] over all kChunk rows (those past `keys` are zeros with p_j = 0).
+  float even[kPerLane] = {}, odd[kPerLane] = {};
+#pragma unroll 8
+  for (int j = 0; j < kChunk; j += 2) {
+    const float2 pj = *reinterpret_cast<const float2*>(probs + j);
+    float a[kPerLane], b[kPerLane];
+    load_floats<CacheT, kPerLane>(&stage.v[j][lane * kPerLane], a);
+    load_floats<CacheT, kPerLane>(&stage.v[j + 1][lane * kPerLane], b);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      even[i] = fmaf(pj.x, a[i], even[i]);
+      odd[i] = fmaf(pj.y, b[i], odd[i]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) state.o[i] = even[i] + odd[i];
+  return state;
+}
+
+template <class CacheT, int kD>
+constexpr size_t chunk_stages_bytes() {
+  return 2 * sizeof(ChunkStage<CacheT, kD>);
+}
+
+// Single pass (grid z = 1: the block takes every chunk of its row) or split mode (block z the
+// chunks z, z + num_splits, ...; the row's last block to count folds the partials).
+template <class T, class CacheT, int kD>
+__global__ void __launch_bounds__(kThreads)
+    paged_attention_chunks_kernel(Dims s, const T* q, const CacheT* k_cache, const CacheT* v_cache,
+                                  const int32_t* query_starts, const int32_t* seq_lens,
+                                  const int32_t* block_tables, T* out, float* workspace,
+                                  unsigned* counters) {
+  using Stage = ChunkStage<CacheT, kD>;
+  using State = SoftmaxState<kD, true>;
+  extern __shared__ __align__(16) unsigned char shared[];
+  Stage* stages = reinterpret_cast<Stage*>(shared);   // 2 stages
+  __shared__ __align__(16) float q_rows[kWarps][kD];  // the block's query rows in F32
+  __shared__ __align__(16) float probs[kWarps][kChunk];
+  const int n = blockIdx.x;
+  const int kv = blockIdx.y / s.head_blocks;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int h = kv * s.group + (blockIdx.y % s.head_blocks) * kWarps + warp;
+  const bool active = h < (kv + 1) * s.group;    // a group's last block may have fewer heads
+  if (!s.early_history) enter_dependent_grid();  // as in the kernel above
+  const RowPlace place = place_row(s, query_starts, seq_lens, n);
+  const int chunks = (place.visible + kChunk - 1) / kChunk;
+  if (s.split && blockIdx.z > 0 && static_cast<int>(blockIdx.z) >= chunks) return;
+  const int32_t* table_row = block_tables + static_cast<int64_t>(max(place.b, 0)) * s.M;
+  const int64_t row = static_cast<int64_t>(n) * s.H + h;  // (n, h) over (N, H)
+  const int first = s.split ? static_cast<int>(blockIdx.z) : 0;
+  const int step = s.split ? s.num_splits : 1;
+  const auto keys_of = [&](int c) { return min(kChunk, place.visible - c * kChunk); };
+  // The first chunk: with early history its history rows [0, old) before the wait, the
+  // step's new keys after it.
+  const int old = s.early_history && first < chunks
+                      ? max(0, min(keys_of(first), place.fresh - first * kChunk))
+                      : 0;
+  if (old > 0)
+    load_chunk_async<CacheT, kD>(s, k_cache, v_cache, table_row, kv, first * kChunk, keys_of(first),
+                                 stages[0], 0, old);
+  if (s.early_history) enter_dependent_grid();
+  if (first < chunks)
+    load_chunk_async<CacheT, kD>(s, k_cache, v_cache, table_row, kv, first * kChunk, keys_of(first),
+                                 stages[0], old, kChunk);
+  commit_async();
   if (active)
-    fold_partials<T, kD>(s, row, chunks, workspace, out + n * s.out_row_stride + h * kD, lane);
+    for (int d = lane; d < kD; d += kWarp)
+      q_rows[warp][d] = to_float(q[n * s.q_row_stride + h * kD + d]);
+
+  State total;
+  total.reset();
+  int i = 0;
+  for (int c = first; c < chunks; c += step, ++i) {
+    const int next = c + step;
+    if (next < chunks) {  // into the stage the previous chunk used
+      load_chunk_async<CacheT, kD>(s, k_cache, v_cache, table_row, kv, next * kChunk, keys_of(next),
+                                   stages[(i + 1) & 1], 0, kChunk);
+      commit_async();
+      wait_async<1>();
+    } else {
+      wait_async<0>();
+    }
+    __syncthreads();  // every thread's copies of this chunk (and the query rows) are visible
+    if (active) {
+      const State chunk = chunk_of_stage<CacheT, kD>(q_rows[warp], stages[i & 1], probs[warp],
+                                                     keys_of(c), s.scale, lane);
+      if (s.split)
+        store_partial(s, workspace, row, c, chunk, lane);
+      else
+        total.fold(chunk);
+    }
+    __syncthreads();  // the stage is consumed before the copies of chunk c + 2·step
+  }
+  if (!s.split) {
+    if (active) total.store(out + n * s.out_row_stride + h * kD, lane);
+    return;
+  }
+  if (!last_to_count(s, counters, n, chunks)) return;
+  if (active)
+    fold_partials<T, State>(s, row, chunks, workspace, out + n * s.out_row_stride + h * kD, lane);
 }
 
 Dims dims_of(const PagedAttentionPlan& p) {
@@ -329,6 +544,10 @@ Dims dims_of(const PagedAttentionPlan& p) {
               p.split,
               p.early_history};
 }
+
+// Whether the chunk kernel serves the calls: MICROLLM_PAGED_CHUNKS=1 (read at each call, so
+// tests can switch it; off by default until measured).
+bool chunk_kernel_enabled() { return switch_on("MICROLLM_PAGED_CHUNKS"); }
 
 // Calls fn(std::integral_constant<int, D>{}) for the head dims the kernels are built for.
 template <class Fn>
@@ -361,11 +580,20 @@ void paged_attention_cuda(const PagedAttentionPlan& p, const Tensor& q, const Te
         using CacheT = decltype(cache_tag);
         const dim3 grid(static_cast<unsigned>(s.N), static_cast<unsigned>(s.Hkv * s.head_blocks),
                         s.split ? static_cast<unsigned>(s.num_splits) : 1u);
-        launch_dependent("paged_attention_kernel", paged_attention_kernel<T, CacheT, kD>, grid,
-                         dim3(kThreads), 0, stream, s, ptr<const T>(q), ptr<const CacheT>(k_cache),
-                         ptr<const CacheT>(v_cache), ptr<const int32_t>(query_starts),
-                         ptr<const int32_t>(seq_lens), ptr<const int32_t>(block_tables),
-                         ptr<T>(out), ws, counters);
+        const auto args = [&](auto kernel, const char* name, size_t shared) {
+          launch_dependent(name, kernel, grid, dim3(kThreads), shared, stream, s, ptr<const T>(q),
+                           ptr<const CacheT>(k_cache), ptr<const CacheT>(v_cache),
+                           ptr<const int32_t>(query_starts), ptr<const int32_t>(seq_lens),
+                           ptr<const int32_t>(block_tables), ptr<T>(out), ws, counters);
+        };
+        if (chunk_kernel_enabled()) {
+          const auto kernel = paged_attention_chunks_kernel<T, CacheT, kD>;
+          constexpr size_t kShared = chunk_stages_bytes<CacheT, kD>();
+          allow_dynamic_shared(reinterpret_cast<const void*>(kernel), kShared);
+          args(kernel, "paged_attention_chunks_kernel", kShared);
+        } else {
+          args(paged_attention_kernel<T, CacheT, kD>, "paged_attention_kernel", 0);
+        }
       };
       // The cache dtype was checked on the host: f32 or bf16.
       if (k_cache.dtype() == DType::F32)
