@@ -56,7 +56,6 @@ struct GemvParams {
   int cluster_blocks;   // tensor-core kernel: blocks (one cluster) a tile's K slices spread over
   int norm_threads;     // rms_norm_forward_threads(K / kVec<T>): the block the norm would run
   bool stage_x;         // tensor-core kernel without the norm: x staged (stage_rows)
-  bool stage_w;         // tensor-core kernel: W's second pass copied early (stage_w_enabled)
   RopeTargets<T> rope;
 };
 
@@ -296,6 +295,19 @@ inline int64_t resident_clusters(const void* kernel, size_t shared, int cluster)
   const int64_t result = std::max<int64_t>(1, clusters);
   known[{device, kernel, shared, cluster}] = result;
   return result;
+}
+
+// Whether a block of `kernel` may have `shared` bytes of dynamic shared memory beside its
+// static ones (the device's opt-in limit); raises the kernel's limit when it may.
+inline bool block_fits(const void* kernel, size_t shared) {
+  int device = 0, optin = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  cudaFuncAttributes attributes{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  if (shared + attributes.sharedSizeBytes > static_cast<size_t>(optin)) return false;
+  allow_dynamic_shared(kernel, shared);
+  return true;
 }
 
 // Whether a launch of `kernel` without the norm prologue stages x (`stage_bytes`) in shared

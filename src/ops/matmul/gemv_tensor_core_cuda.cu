@@ -67,6 +67,11 @@ constexpr int kMaxClusterBlocks = 4;
 // finer cost the 0.5B shape 0.9 % on an H100 (docs/optimization-log.md).
 constexpr int64_t kFineSplitMaxTiles = 512;
 
+// Where a warp's passes of W come from: registers loaded from global memory (the default);
+// the second pass copied into shared memory before the wait (kWStaged, MICROLLM_GEMV_STAGE_W);
+// every pass through two shared-memory buffers (kWStreamed, MICROLLM_GEMV_STREAM_W).
+constexpr int kWRegisters = 0, kWStaged = 1, kWStreamed = 2;
+
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
@@ -77,7 +82,7 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
 // x's rows), then with split K the slices' sums (kGemvWarps, kParts, 8, 16) F32. The grid is at
 // most what fits at once; block b serves tile groups b, b + gridDim.x, ... (with clusters of C
 // blocks, cluster i = blocks i·C … i·C + C − 1 serves tile groups i, i + gridDim.x / C, ...).
-template <class T, int kEpi, bool kNorm, bool kClustered>
+template <class T, int kEpi, bool kNorm, bool kClustered, int kSource = kWRegisters>
 __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvParams<T> p) {
   constexpr int kParts = kEpi == kPlain ? 1 : 2;  // weight rows per output row
   constexpr int kChunks = 16 / kParts;            // chunks per lane per pass
@@ -101,12 +106,12 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
   const int slice = rank * splits + warp % splits;
   const int per_slice = (groups + slices - 1) / slices;
   const int begin = slice * per_slice, end = min(groups, begin + per_slice);
-  // With p.stage_w (the host's promise: one tile a warp, at most two passes) the second pass
+  // With kWStaged (the host's promise: one tile a warp, at most two passes) the second pass
   // is copied into this lane's slots of shared memory (kGemvWarps, kParts, kChunks, 32) before
   // the wait, so that it is in flight together with the first.
-  uint4* w_stage = reinterpret_cast<uint4*>(
-                       partial + (slices > 1 ? kGemvWarps * kParts * kTileRows * kCols : 0)) +
-                   warp * kParts * kChunks * kWarp;
+  uint4* w_region = reinterpret_cast<uint4*>(
+      partial + (slices > 1 ? kGemvWarps * kParts * kTileRows * kCols : 0));
+  uint4* w_stage = w_region + warp * kParts * kChunks * kWarp;
   uint4 wv[kParts][kChunks];  // one pass of row g of the tile: parts × chunks
   const uint4* w_rows[kParts];
   auto point_at = [&](int64_t tile) {
@@ -129,10 +134,45 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
   // The first pass of W streams in before the wait for the kernel that wrote x.
   const int64_t first_group = blockIdx.x / cluster, group_step = gridDim.x / cluster;
   const int64_t first_tile = first_group * tiles_per_block + warp / splits;
-  if (first_tile < tiles) {
+  // With kWStreamed (the host's choice for grids whose blocks walk several tile groups) W
+  // comes through shared memory instead: the warp's passes over all its tiles form one
+  // sequence; pass s is copied by cp.async into buffer s % 2, (kParts · 8 rows, kRowSlots)
+  // groups, each instruction 512 contiguous bytes of one row, and read back in the fragment
+  // order; pass s + 2 is copied while pass s is multiplied. The fragments, and so the sums,
+  // are those of the register loads.
+  constexpr int kPassGroups = kChunks * kChunkGroups;  // groups of a row a pass: 64 or 32
+  constexpr int kRowSlots = kPassGroups + 4;           // +64 bytes: conflict-free fragment reads
+  constexpr int kBufferGroups = kParts * kTileRows * kRowSlots;
+  const int passes = end > begin ? (end - begin + kPassGroups - 1) / kPassGroups : 0;
+  uint4* w_buffers = w_region + warp * 2 * kBufferGroups;
+  auto copy_pass = [&](int s) {  // commits one group, empty past the warp's last tile
+    if (passes > 0) {
+      const int64_t tile =
+          (first_group + (s / passes) * group_step) * tiles_per_block + warp / splits;
+      const int g0 = begin + (s % passes) * kPassGroups;
+      uint4* buffer = w_buffers + (s & 1) * kBufferGroups;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int e = i * kWarp + lane;  // (q, r, k) over (kParts, 8, kPassGroups)
+        const int k = e % kPassGroups, r = (e / kPassGroups) % kTileRows;
+        const int q = e / (kPassGroups * kTileRows);
+        const int64_t n = tile * kTileRows + r;
+        const bool valid = tile < tiles && n < N && g0 + k < end;
+        const uint4* source = reinterpret_cast<const uint4*>(p.w);
+        if (valid)
+          source = reinterpret_cast<const uint4*>(p.w + weight_row<T, kEpi>(p, n, q) * K) + g0 + k;
+        copy16_async(buffer + (q * kTileRows + r) * kRowSlots + k, source, valid);
+      }
+    }
+    commit_async();
+  };
+  if constexpr (kSource == kWStreamed) {
+    copy_pass(0);
+    copy_pass(1);
+  } else if (first_tile < tiles) {
     point_at(first_tile);
     load_pass(begin);
-    if (p.stage_w) {
+    if constexpr (kSource == kWStaged) {
 #pragma unroll
       for (int u = 0; u < kChunks; ++u) {
         const int gi = begin + (kChunks + u) * kChunkGroups + c;
@@ -159,16 +199,29 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
     const int64_t at = static_cast<int64_t>(m) * groups + gi;
     return m < M && gi < end ? (x_shared ? rows[at] : __ldg(x + at)) : make_uint4(0, 0, 0, 0);
   };
+  int pass = 0;  // with kWStreamed: this warp's place in its sequence of passes
   for (int64_t tile_group = first_group; tile_group < tile_groups; tile_group += group_step) {
     const int64_t tile = tile_group * tiles_per_block + warp / splits;
     float acc[kParts][4] = {};  // element j: x row g + 8·(j / 2), output row 2c + j % 2
     if (tile < tiles) {         // no early exit: the whole block meets at __syncthreads below
-      if (tile_group != first_group) {
+      if (tile_group != first_group && kSource != kWStreamed) {
         point_at(tile);
         load_pass(begin);
       }
       for (int g0 = begin; g0 < end; g0 += kChunks * kChunkGroups) {
-        if (g0 != begin && p.stage_w) {  // the second pass, from this lane's own copies
+        if constexpr (kSource == kWStreamed) {  // pass `pass` landed: ≤ 1 group pending
+          wait_async<1>();
+          __syncwarp();
+          const uint4* buffer = w_buffers + (pass & 1) * kBufferGroups;
+#pragma unroll
+          for (int u = 0; u < kChunks; ++u)
+#pragma unroll
+            for (int q = 0; q < kParts; ++q)
+              wv[q][u] = buffer[(q * kTileRows + g) * kRowSlots + u * kChunkGroups + c];
+          __syncwarp();  // every lane has read the buffer before it is refilled
+          copy_pass(pass + 2);
+          ++pass;
+        } else if (g0 != begin && kSource == kWStaged) {  // from this lane's own copies
           wait_async<0>();
 #pragma unroll
           for (int u = 0; u < kChunks; ++u)
@@ -248,6 +301,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
     else
       __syncthreads();
   }
+  if constexpr (kSource == kWStreamed) wait_async<0>();  // the zero fills past the last pass
 }
 
 }  // namespace
@@ -266,6 +320,11 @@ bool fine_split_enabled() { return switch_on("MICROLLM_GEMV_FINE_SPLIT"); }
 // blocks resident as the grid needs): MICROLLM_GEMV_STAGE_W=1 (read at each call; off by
 // default until measured). It changes where W is read from, never the order of a sum.
 bool stage_w_enabled() { return switch_on("MICROLLM_GEMV_STAGE_W"); }
+
+// Whether the tensor-core kernel streams W through shared memory in grids whose blocks walk
+// several tile groups (the LM head): MICROLLM_GEMV_STREAM_W=1 (read at each call; off by
+// default until measured). The same fragments, so the same sums.
+bool stream_w_enabled() { return switch_on("MICROLLM_GEMV_STREAM_W"); }
 
 // Split-K for a product of `rows` weight rows of `groups` 16-byte groups: the slices of a tile
 // double while the grid is short of a target number of warps and each slice keeps a minimum
@@ -303,17 +362,24 @@ void launch_gemv_tensor_core(const GemvParams<T>& params, int epi, bool norm, cu
   const size_t rows_bytes = static_cast<size_t>(p.M * groups) * sizeof(uint4);
   const size_t sums_bytes =
       p.splits * cluster > 1 ? sizeof(float) * kGemvWarps * parts * kTileRows * 16 : 0;
-  auto pick = [&](auto epilogue) {
-    constexpr int kE = decltype(epilogue)::value;
-    if (cluster > 1)
-      return norm ? gemv_tensor_core_kernel<T, kE, true, true>
-                  : gemv_tensor_core_kernel<T, kE, false, true>;
-    return norm ? gemv_tensor_core_kernel<T, kE, true, false>
-                : gemv_tensor_core_kernel<T, kE, false, false>;
+  // The kernel for the epilogue, the prologue, the cluster and where W comes from (the
+  // shared-memory sources only without clusters).
+  auto pick = [&](auto epilogue, auto source) {
+    constexpr int kE = decltype(epilogue)::value, kS = decltype(source)::value;
+    if constexpr (kS == kWRegisters) {
+      if (cluster > 1)
+        return norm ? gemv_tensor_core_kernel<T, kE, true, true>
+                    : gemv_tensor_core_kernel<T, kE, false, true>;
+    }
+    return norm ? gemv_tensor_core_kernel<T, kE, true, false, kS>
+                : gemv_tensor_core_kernel<T, kE, false, false, kS>;
   };
-  const auto kernel = epi == kSwiglu ? pick(std::integral_constant<int, kSwiglu>{})
-                      : epi == kRope ? pick(std::integral_constant<int, kRope>{})
-                                     : pick(std::integral_constant<int, kPlain>{});
+  auto pick_for = [&](auto source) {
+    return epi == kSwiglu ? pick(std::integral_constant<int, kSwiglu>{}, source)
+           : epi == kRope ? pick(std::integral_constant<int, kRope>{}, source)
+                          : pick(std::integral_constant<int, kPlain>{}, source);
+  };
+  auto kernel = pick_for(std::integral_constant<int, kWRegisters>{});
   const void* address = reinterpret_cast<const void*>(kernel);
   p.stage_x = !norm && stage_x_fits(address, sums_bytes, rows_bytes, tile_groups * cluster);
   size_t shared = (norm || p.stage_x ? rows_bytes : 0) + sums_bytes;
@@ -321,10 +387,33 @@ void launch_gemv_tensor_core(const GemvParams<T>& params, int epi, bool norm, cu
   const int64_t pass_groups = (16 / parts) * 4;
   const int64_t per_slice = ceil_div(groups, static_cast<int64_t>(p.splits) * cluster);
   const size_t w_stage_bytes = sizeof(uint4) * kGemvWarps * 16 * kWarp;
-  p.stage_w = cluster == 1 && per_slice > pass_groups && per_slice <= 2 * pass_groups &&
-              stage_w_enabled() && stage_x_fits(address, shared, w_stage_bytes, tile_groups) &&
-              resident_blocks(address, shared + w_stage_bytes) >= tile_groups;
-  if (p.stage_w) shared += w_stage_bytes;
+  // W streamed: two buffers of a pass a warp, where the grid is capped at what fits (each block
+  // walks several tile groups) and the block can have the bytes.
+  const size_t w_stream_bytes =
+      sizeof(uint4) * kGemvWarps * 2 * (16 * kWarp + parts * kTileRows * 4);
+  bool staged_w = false;
+  if (cluster == 1 && per_slice > pass_groups && per_slice <= 2 * pass_groups &&
+      stage_w_enabled()) {
+    const auto staged = pick_for(std::integral_constant<int, kWStaged>{});
+    const void* at = reinterpret_cast<const void*>(staged);
+    if (stage_x_fits(at, shared, w_stage_bytes, tile_groups) &&
+        resident_blocks(at, shared + w_stage_bytes) >= tile_groups) {
+      kernel = staged;
+      address = at;
+      shared += w_stage_bytes;
+      staged_w = true;
+    }
+  }
+  if (!staged_w && cluster == 1 && stream_w_enabled() &&
+      tile_groups > resident_blocks(address, shared)) {
+    const auto streamed = pick_for(std::integral_constant<int, kWStreamed>{});
+    const void* at = reinterpret_cast<const void*>(streamed);
+    if (block_fits(at, shared + w_stream_bytes)) {
+      kernel = streamed;
+      address = at;
+      shared += w_stream_bytes;
+    }
+  }
   allow_dynamic_shared(address, shared);
   // Whole clusters, at most what fits at once; cluster i serves tile groups i, i + clusters, …
   const int64_t fits = cluster > 1 ? resident_clusters(address, shared, static_cast<int>(cluster))
