@@ -28,8 +28,8 @@ __device__ __forceinline__ unsigned fold(const uint4& v) { return v.x ^ v.y ^ v.
 
 // 16 loads a lane a pass; a warp walks tiles t = global warp, + all warps, ...
 template <bool kFragment>
-__global__ void __launch_bounds__(kThreads) tiles_kernel(const uint4* w, int64_t tiles, int groups,
-                                                          unsigned* out) {
+__global__ void __launch_bounds__(kThreads)
+    tiles_kernel(const uint4* w, int64_t tiles, int groups, unsigned* out) {
   const int lane = threadIdx.x % kWarp, g = lane / 4, c = lane % 4;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
   unsigned acc = 0;
@@ -58,8 +58,8 @@ __global__ void __launch_bounds__(kThreads) tiles_kernel(const uint4* w, int64_t
 }
 
 // A warp per row, 4 loads a lane a pass.
-__global__ void __launch_bounds__(kThreads) rows_kernel(const uint4* w, int64_t rows, int groups,
-                                                        unsigned* out) {
+__global__ void __launch_bounds__(kThreads)
+    rows_kernel(const uint4* w, int64_t rows, int groups, unsigned* out) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
   unsigned acc = 0;
@@ -95,19 +95,21 @@ void run_shape(const cudaDeviceProp& prop, const std::string& name, int64_t N, i
   for (int per_sm : {1, 2}) {
     const int blocks = static_cast<int>(std::min<int64_t>(
         static_cast<int64_t>(prop.multiProcessorCount) * per_sm, (tiles + kWarps - 1) / kWarps));
-    report("fragment", blocks, lab::median_launch_us([&](int i) {
-             tiles_kernel<true><<<blocks, kThreads>>>(at(i), tiles, groups, out);
-           }, 1));
-    report("contiguous", blocks, lab::median_launch_us([&](int i) {
-             tiles_kernel<false><<<blocks, kThreads>>>(at(i), tiles, groups, out);
-           }, 1));
+    report("fragment", blocks,
+           lab::median_launch_us(
+               [&](int i) { tiles_kernel<true><<<blocks, kThreads>>>(at(i), tiles, groups, out); },
+               1));
+    report("contiguous", blocks,
+           lab::median_launch_us(
+               [&](int i) { tiles_kernel<false><<<blocks, kThreads>>>(at(i), tiles, groups, out); },
+               1));
   }
   for (int per_sm : {3, 4}) {
     const int blocks = static_cast<int>(std::min<int64_t>(
         static_cast<int64_t>(prop.multiProcessorCount) * per_sm, (N + kWarps - 1) / kWarps));
-    report("rowwise", blocks, lab::median_launch_us([&](int i) {
-             rows_kernel<<<blocks, kThreads>>>(at(i), N, groups, out);
-           }, 1));
+    report("rowwise", blocks,
+           lab::median_launch_us(
+               [&](int i) { rows_kernel<<<blocks, kThreads>>>(at(i), N, groups, out); }, 1));
   }
   CUDA_CHECK(cudaFree(w));
   CUDA_CHECK(cudaFree(out));
