@@ -124,14 +124,13 @@ TEST(CudaGemv, StagedAndStreamedWeightsGiveTheRegisterLoadsBits) {
                             {"MICROLLM_GEMV_STREAM_W", {65536, 896, true, false}},
                             {"MICROLLM_GEMV_STREAM_W", {32768, 896, false, true}}};
   for (DType dtype : {DType::BF16, DType::F16})
-    for (const Source& source : sources)
+    for (const Source& source : sources) {
+      const Case& c = source.shape;
+      const Tensor w = host_randn({c.swiglu ? 2 * c.N : c.N, c.K}, 11, dtype).to(kGpu);
+      const Tensor b = c.bias ? host_randn({c.N}, 12, dtype).to(kGpu) : Tensor();
+      const ops::GemvEpilogue epi = c.swiglu ? ops::GemvEpilogue::swiglu : ops::GemvEpilogue::none;
       for (int64_t M = 5; M <= ops::kGemvMaxRows; ++M) {
-        const Case& c = source.shape;
         const Tensor x = host_randn({M, c.K}, 10 + static_cast<uint64_t>(M), dtype).to(kGpu);
-        const Tensor w = host_randn({c.swiglu ? 2 * c.N : c.N, c.K}, 11, dtype).to(kGpu);
-        const Tensor b = c.bias ? host_randn({c.N}, 12, dtype).to(kGpu) : Tensor();
-        const ops::GemvEpilogue epi =
-            c.swiglu ? ops::GemvEpilogue::swiglu : ops::GemvEpilogue::none;
         Tensor want = Tensor::empty({M, c.N}, dtype, kGpu), got = want.clone();
         {
           microllm::testing::ScopedEnv off(source.name, "0");
@@ -145,6 +144,7 @@ TEST(CudaGemv, StagedAndStreamedWeightsGiveTheRegisterLoadsBits) {
             << source.name << " " << dtype_name(dtype) << " N " << c.N << " K " << c.K << " M "
             << M;
       }
+    }
 }
 
 // Within each kernel's range of rows (1–4 and 5–8; F32 1–8 on the CUDA cores); a call of
