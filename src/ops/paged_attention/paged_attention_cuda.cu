@@ -72,6 +72,21 @@ __device__ RowPlace place_row(const Dims& s, const int32_t* query_starts, const 
   return {b, max(0, min(position + 1, s.max_seq_len)), seq_lens[b] - new_tokens};
 }
 
+// Where a thread of either kernel stands: the block's row n and KV head, its warp and lane,
+// the warp's query head h, and whether h is in the group (a group's last block may have
+// fewer heads than warps).
+struct BlockHeads {
+  int n, kv, warp, lane, h;
+  bool active;
+};
+__device__ __forceinline__ BlockHeads block_heads(const Dims& s) {
+  const int kv = blockIdx.y / s.head_blocks;
+  const int warp = threadIdx.x / kWarp;
+  const int h = kv * s.group + (blockIdx.y % s.head_blocks) * kWarps + warp;
+  return {static_cast<int>(blockIdx.x),          kv, warp,
+          static_cast<int>(threadIdx.x % kWarp), h,  h < (kv + 1) * s.group};
+}
+
 // Running softmax state of one query head over some keys: max m, sum l of exp(score − m) and
 // the unnormalized output o; each lane holds o[d] for d = dim(lane, i): lane + 32·i, or with
 // kContiguous (the chunk kernel) the lane's kD / 32 consecutive dims.
@@ -262,11 +277,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float q_rows[kWarps][kD];        // the block's query rows in F32
   __shared__ float k_tile[kKeyTile][kD + 1];  // +1: lane j reads row j without bank conflicts
   __shared__ float v_tile[kKeyTile][kD + 1];
-  const int n = blockIdx.x;
-  const int kv = blockIdx.y / s.head_blocks;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int h = kv * s.group + (blockIdx.y % s.head_blocks) * kWarps + warp;
-  const bool active = h < (kv + 1) * s.group;  // a group's last block may have fewer heads
+  const auto [n, kv, warp, lane, h, active] = block_heads(s);
   // With early history the step's metadata (copied in before the step's first kernel) and
   // the history keys of the block's first tile are read before the wait for the kernel that
   // wrote q and the new keys: the chain of dependent loads (query_starts, seq_lens, block
@@ -458,11 +469,7 @@ __global__ void __launch_bounds__(kThreads)
   Stage* stages = reinterpret_cast<Stage*>(shared);   // 2 stages
   __shared__ __align__(16) float q_rows[kWarps][kD];  // the block's query rows in F32
   __shared__ __align__(16) float probs[kWarps][kChunk];
-  const int n = blockIdx.x;
-  const int kv = blockIdx.y / s.head_blocks;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int h = kv * s.group + (blockIdx.y % s.head_blocks) * kWarps + warp;
-  const bool active = h < (kv + 1) * s.group;    // a group's last block may have fewer heads
+  const auto [n, kv, warp, lane, h, active] = block_heads(s);
   if (!s.early_history) enter_dependent_grid();  // as in the kernel above
   const RowPlace place = place_row(s, query_starts, seq_lens, n);
   const int chunks = (place.visible + kChunk - 1) / kChunk;
