@@ -5,7 +5,8 @@
 
 Takes the first `.entry` whose name matches each regular expression and compares their
 bodies once these are normalized: the entry's own name, every mangled symbol (`_Z...`),
-comments and `.reg` declarations removed or replaced by placeholders, and virtual registers
+comments and `.reg` declarations removed or replaced by placeholders, the local stack
+frame's `__local_depot` number dropped, and virtual registers
 (%r, %rd, %rs, %f, %fd, %p) and branch labels renumbered in order of first use. Two kernels
 that print "same" give ptxas the same instructions in the same order, so they compile to the
 same machine code: a refactoring that keeps a measured kernel's PTX keeps its measurements.
@@ -33,6 +34,7 @@ def kernel_body(ptx: str, pattern: str) -> str | None:
         end = min(start for start in starts if start > entry.start())
         body = ptx[entry.start():end].replace(entry.group(1), "KERNEL")
         body = re.sub(r"_Z\w+", "SYMBOL", body)
+        body = re.sub(r"__local_depot\d+", "__local_depot", body)  # numbered per file
         body = re.sub(r"^\s*//.*$", "", body, flags=re.M)
         body = re.sub(r"^\s*\.reg .*$", "", body, flags=re.M)
         body = re.sub(r"\n\s*\n", "\n", body)

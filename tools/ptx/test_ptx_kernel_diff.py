@@ -1,5 +1,5 @@
-"""ptx_kernel_diff.py on hand-written PTX: renumbered registers and labels, other symbol
-names and comments compare equal; a changed instruction or parameter size does not; a
+"""ptx_kernel_diff.py on hand-written PTX: renumbered registers, labels and local stack
+frames, other symbol names and comments compare equal; a changed instruction or parameter size does not; a
 missing kernel is an error."""
 import subprocess
 import sys
@@ -17,9 +17,11 @@ OLD = """
 \t.param .align 8 .b8 _ZN3abc7kernel1IfEEvPf_param_0[16]
 )
 {
+\t.local .align 4 .b8 \t__local_depot3[28];
 \t.reg .pred \t%p<3>;
 \t.reg .b32 \t%r<9>;
 \t// a comment
+\tmov.u64 \t%SPL, __local_depot3;
 \tld.param.u32 \t%r4, [_ZN3abc7kernel1IfEEvPf_param_0+8];
 \tsetp.lt.s32 \t%p2, %r4, 7;
 \t@%p2 bra \t$L__BB1_3;
@@ -36,8 +38,10 @@ RENAMED = """
 \t.param .align 8 .b8 _ZN3xyz7kernel2IfLb1EEEvPf_param_0[16]
 )
 {
+\t.local .align 4 .b8 \t__local_depot11[28];
 \t.reg .pred \t%p<9>;
 \t.reg .b32 \t%r<40>;
+\tmov.u64 \t%SPL, __local_depot11;
 \tld.param.u32 \t%r31, [_ZN3xyz7kernel2IfLb1EEEvPf_param_0+8];
 \t// another comment
 

@@ -88,16 +88,11 @@ __device__ __forceinline__ BlockHeads block_heads(const Dims& s) {
 }
 
 // Running softmax state of one query head over some keys: max m, sum l of exp(score − m) and
-// the unnormalized output o; each lane holds o[d] for d = dim(lane, i): lane + 32·i, or with
-// kContiguous (the chunk kernel) the lane's kD / 32 consecutive dims.
-template <int kD, bool kContiguous = false>
+// the unnormalized output o; each lane holds o[d] for d = lane + 32·i.
+template <int kD>
 struct SoftmaxState {
   static constexpr int kPerLane = kD / kWarp;
   float m, l, o[kPerLane];
-
-  static __device__ __forceinline__ int dim(int lane, int i) {
-    return kContiguous ? lane * kPerLane + i : lane + i * kWarp;
-  }
 
   __device__ void reset() {
     m = -INFINITY;
@@ -143,7 +138,7 @@ struct SoftmaxState {
   __device__ void store(T* out_row, int lane) const {
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i)
-      out_row[dim(lane, i)] = from_float<T>(l > 0.0f ? __fdiv_rn(o[i], l) : 0.0f);
+      out_row[lane + i * kWarp] = from_float<T>(l > 0.0f ? __fdiv_rn(o[i], l) : 0.0f);
   }
 };
 
@@ -202,17 +197,16 @@ __device__ void chunk_state(const Dims& s, const CacheT* k_cache, const CacheT* 
 // Split mode: folds the `chunks` partials of query row (n, h) = row in chunk order and
 // stores the normalized output. Called by one warp; the partials come from other blocks, so
 // they are read from L2 (__ldcg), past this SM's L1.
-template <class T, class State>
+template <class T, int kD>
 __device__ void fold_partials(const Dims& s, int64_t row, int chunks, const float* workspace,
                               T* out_row, int lane) {
-  constexpr int kD = State::kPerLane * kWarp;
   const float* stats = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD;
-  State total;
+  SoftmaxState<kD> total;
   total.reset();
   // The loads of kCombinePrefetch chunks are issued together (they do not depend on the
   // fold), then folded one by one in chunk order: one memory latency per group of chunks.
   for (int c0 = 0; c0 < chunks; c0 += kCombinePrefetch) {
-    State part[kCombinePrefetch];
+    SoftmaxState<kD> part[kCombinePrefetch];
 #pragma unroll
     for (int j = 0; j < kCombinePrefetch; ++j) {
       if (c0 + j >= chunks) break;
@@ -220,8 +214,8 @@ __device__ void fold_partials(const Dims& s, int64_t row, int chunks, const floa
       part[j].m = __ldcg(stats + slot * 2);
       part[j].l = __ldcg(stats + slot * 2 + 1);
 #pragma unroll
-      for (int i = 0; i < State::kPerLane; ++i)
-        part[j].o[i] = __ldcg(workspace + slot * kD + State::dim(lane, i));
+      for (int i = 0; i < SoftmaxState<kD>::kPerLane; ++i)
+        part[j].o[i] = __ldcg(workspace + slot * kD + lane + i * kWarp);
     }
 #pragma unroll
     for (int j = 0; j < kCombinePrefetch; ++j) {
@@ -277,7 +271,11 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float q_rows[kWarps][kD];        // the block's query rows in F32
   __shared__ float k_tile[kKeyTile][kD + 1];  // +1: lane j reads row j without bank conflicts
   __shared__ float v_tile[kKeyTile][kD + 1];
-  const auto [n, kv, warp, lane, h, active] = block_heads(s);
+  const int n = blockIdx.x;
+  const int kv = blockIdx.y / s.head_blocks;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int h = kv * s.group + (blockIdx.y % s.head_blocks) * kWarps + warp;
+  const bool active = h < (kv + 1) * s.group;  // a group's last block may have fewer heads
   // With early history the step's metadata (copied in before the step's first kernel) and
   // the history keys of the block's first tile are read before the wait for the kernel that
   // wrote q and the new keys: the chain of dependent loads (query_starts, seq_lens, block
@@ -324,17 +322,38 @@ __global__ void __launch_bounds__(kThreads)
   }
   // Each chunk's state as computed, so that the combine folds exactly what a single pass
   // folds.
+  float* stats_base = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD;
   for (int c = blockIdx.z; c * kChunk < place.visible; c += s.num_splits) {
     const int c0 = c * kChunk;
     chunk_state<CacheT, kD>(s, k_cache, v_cache, table_row, kv, c0, min(c0 + kChunk, place.visible),
                             active, q_rows[warp], k_tile, v_tile, chunk, lane,
                             preload && c == static_cast<int>(blockIdx.z));
-    if (active) store_partial(s, workspace, row, c, chunk, lane);
+    if (!active) continue;  // the barriers of the next chunk are reached by every thread
+    const int64_t slot = partial_slot(s, row, c);
+    float* o = workspace + slot * kD;
+#pragma unroll
+    for (int i = 0; i < SoftmaxState<kD>::kPerLane; ++i) o[lane + i * kWarp] = chunk.o[i];
+    if (lane == 0) {
+      stats_base[slot * 2] = chunk.m;
+      stats_base[slot * 2 + 1] = chunk.l;
+    }
   }
-  if (!last_to_count(s, counters, n, chunks)) return;
+  // The row's blocks that take part: min(splits, chunks), at least block 0. The one that
+  // counts last folds (its partials and the others' are visible after the fences).
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned parts = static_cast<unsigned>(max(1, min(s.num_splits, chunks)));
+    unsigned* counter = counters + static_cast<int64_t>(n) * gridDim.y + blockIdx.y;
+    last = atomicAdd(counter, 1u) == parts - 1;
+    if (last) *counter = 0;  // every block of this call has counted: ready for the next
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
   if (active)
-    fold_partials<T, SoftmaxState<kD>>(s, row, chunks, workspace,
-                                       out + n * s.out_row_stride + h * kD, lane);
+    fold_partials<T, kD>(s, row, chunks, workspace, out + n * s.out_row_stride + h * kD, lane);
 }
 
 // ---- The chunk kernel (MICROLLM_PAGED_CHUNKS=1): a whole chunk per barrier -------------
@@ -345,6 +364,49 @@ __global__ void __launch_bounds__(kThreads)
 // P·V with its lanes over consecutive dims, even and odd keys apart. The chunk's state is
 // computed over its 64 keys at once, so its bits differ from the kernel above (which runs
 // two 32-key tiles with a rescale between them); both modes of this kernel share them.
+
+// The chunk kernel's softmax state: SoftmaxState's arithmetic with each lane holding its
+// kD / 32 consecutive dims (d = dim(lane, i)), the order its P·V accumulates them in.
+template <int kD>
+struct ChunkState : SoftmaxState<kD> {
+  using SoftmaxState<kD>::kPerLane;
+  static __device__ __forceinline__ int dim(int lane, int i) { return lane * kPerLane + i; }
+
+  template <class T>
+  __device__ void store(T* out_row, int lane) const {
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      out_row[dim(lane, i)] = from_float<T>(this->l > 0.0f ? __fdiv_rn(this->o[i], this->l) : 0.0f);
+  }
+};
+
+// fold_partials for the chunk kernel's partials (dims in ChunkState's order).
+template <class T, int kD>
+__device__ void fold_chunk_partials(const Dims& s, int64_t row, int chunks, const float* workspace,
+                                    T* out_row, int lane) {
+  const float* stats = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD;
+  ChunkState<kD> total;
+  total.reset();
+  for (int c0 = 0; c0 < chunks; c0 += kCombinePrefetch) {
+    ChunkState<kD> part[kCombinePrefetch];
+#pragma unroll
+    for (int j = 0; j < kCombinePrefetch; ++j) {
+      if (c0 + j >= chunks) break;
+      const int64_t slot = partial_slot(s, row, c0 + j);
+      part[j].m = __ldcg(stats + slot * 2);
+      part[j].l = __ldcg(stats + slot * 2 + 1);
+#pragma unroll
+      for (int i = 0; i < ChunkState<kD>::kPerLane; ++i)
+        part[j].o[i] = __ldcg(workspace + slot * kD + ChunkState<kD>::dim(lane, i));
+    }
+#pragma unroll
+    for (int j = 0; j < kCombinePrefetch; ++j) {
+      if (c0 + j >= chunks) break;
+      total.fold(part[j]);
+    }
+  }
+  total.store(out_row, lane);
+}
 
 // One stage: a chunk's keys and values, rows padded by 16 bytes, so that 8 lanes reading 16
 // bytes of 8 consecutive rows (scores) or a warp reading consecutive dims of one row (P·V)
@@ -392,9 +454,8 @@ __device__ __forceinline__ void load_floats(const CacheT* at, float (&out)[kN]) 
 // The state of one query head (q_row, F32) over the `keys` first rows of a stage. Called by a
 // whole warp; probs is the warp's (kChunk) F32 scratch.
 template <class CacheT, int kD>
-__device__ SoftmaxState<kD, true> chunk_of_stage(const float* q_row,
-                                                 const ChunkStage<CacheT, kD>& stage, float* probs,
-                                                 int keys, float scale, int lane) {
+__device__ ChunkState<kD> chunk_of_stage(const float* q_row, const ChunkStage<CacheT, kD>& stage,
+                                         float* probs, int keys, float scale, int lane) {
   constexpr int kV = kVec<CacheT>, kPerLane = kD / kWarp;
   // Scores of keys lane and lane + 32: dims d ≡ e (mod 4) summed apart, then in pairs.
   float acc[2][4] = {};
@@ -423,7 +484,7 @@ __device__ SoftmaxState<kD, true> chunk_of_stage(const float* q_row,
     const float dot = (acc[r][0] + acc[r][1]) + (acc[r][2] + acc[r][3]);
     score[r] = lane + r * kWarp < keys ? dot * scale : -INFINITY;
   }
-  SoftmaxState<kD, true> state;
+  ChunkState<kD> state;
   state.m = warp_max(fmaxf(score[0], score[1]));  // finite: key 0 of a chunk is visible
 #pragma unroll
   for (int r = 0; r < 2; ++r) p[r] = lane + r * kWarp < keys ? expf(score[r] - state.m) : 0.0f;
@@ -464,7 +525,7 @@ __global__ void __launch_bounds__(kThreads)
                                   const int32_t* block_tables, T* out, float* workspace,
                                   unsigned* counters) {
   using Stage = ChunkStage<CacheT, kD>;
-  using State = SoftmaxState<kD, true>;
+  using State = ChunkState<kD>;
   extern __shared__ __align__(16) unsigned char shared[];
   Stage* stages = reinterpret_cast<Stage*>(shared);   // 2 stages
   __shared__ __align__(16) float q_rows[kWarps][kD];  // the block's query rows in F32
@@ -526,7 +587,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (!last_to_count(s, counters, n, chunks)) return;
   if (active)
-    fold_partials<T, State>(s, row, chunks, workspace, out + n * s.out_row_stride + h * kD, lane);
+    fold_chunk_partials<T, kD>(s, row, chunks, workspace, out + n * s.out_row_stride + h * kD,
+                               lane);
 }
 
 Dims dims_of(const PagedAttentionPlan& p) {
