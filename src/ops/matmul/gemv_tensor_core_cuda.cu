@@ -396,7 +396,7 @@ void launch_gemv_tensor_core(const GemvParams<T>& params, int epi, bool norm, cu
       stage_w_enabled()) {
     const auto staged = pick_for(std::integral_constant<int, kWStaged>{});
     const void* at = reinterpret_cast<const void*>(staged);
-    if (stage_x_fits(at, shared, w_stage_bytes, tile_groups) &&
+    if (block_fits(at, shared + w_stage_bytes) &&
         resident_blocks(at, shared + w_stage_bytes) >= tile_groups) {
       kernel = staged;
       address = at;

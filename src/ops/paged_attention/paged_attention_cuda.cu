@@ -72,21 +72,6 @@ __device__ RowPlace place_row(const Dims& s, const int32_t* query_starts, const 
   return {b, max(0, min(position + 1, s.max_seq_len)), seq_lens[b] - new_tokens};
 }
 
-// Where a thread of either kernel stands: the block's row n and KV head, its warp and lane,
-// the warp's query head h, and whether h is in the group (a group's last block may have
-// fewer heads than warps).
-struct BlockHeads {
-  int n, kv, warp, lane, h;
-  bool active;
-};
-__device__ __forceinline__ BlockHeads block_heads(const Dims& s) {
-  const int kv = blockIdx.y / s.head_blocks;
-  const int warp = threadIdx.x / kWarp;
-  const int h = kv * s.group + (blockIdx.y % s.head_blocks) * kWarps + warp;
-  return {static_cast<int>(blockIdx.x),          kv, warp,
-          static_cast<int>(threadIdx.x % kWarp), h,  h < (kv + 1) * s.group};
-}
-
 // Running softmax state of one query head over some keys: max m, sum l of exp(score − m) and
 // the unnormalized output o; each lane holds o[d] for d = lane + 32·i.
 template <int kD>
@@ -226,39 +211,6 @@ __device__ void fold_partials(const Dims& s, int64_t row, int chunks, const floa
   total.store(out_row, lane);
 }
 
-// Split mode: stores the state of chunk c of query row (n, h) = row into the workspace. One warp.
-template <class State>
-__device__ void store_partial(const Dims& s, float* workspace, int64_t row, int c,
-                              const State& chunk, int lane) {
-  constexpr int kD = State::kPerLane * kWarp;
-  const int64_t slot = partial_slot(s, row, c);
-  float* stats = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD;
-#pragma unroll
-  for (int i = 0; i < State::kPerLane; ++i) workspace[slot * kD + State::dim(lane, i)] = chunk.o[i];
-  if (lane == 0) {
-    stats[slot * 2] = chunk.m;
-    stats[slot * 2 + 1] = chunk.l;
-  }
-}
-
-// Split mode: whether this block is the last of row n's partial blocks (min(splits, chunks),
-// at least block 0) to count; that one folds, and after the fences every partial of the row
-// is visible to it. Called by the whole block.
-__device__ bool last_to_count(const Dims& s, unsigned* counters, int n, int chunks) {
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned parts = static_cast<unsigned>(max(1, min(s.num_splits, chunks)));
-    unsigned* counter = counters + static_cast<int64_t>(n) * gridDim.y + blockIdx.y;
-    last = atomicAdd(counter, 1u) == parts - 1;
-    if (last) *counter = 0;  // every block of this call has counted: ready for the next
-  }
-  __syncthreads();
-  if (last) __threadfence();
-  return last;
-}
-
 // Partial kernel: single pass (grid z = 1, folds every chunk and writes out) or split mode
 // (grid z = num_splits, block z writes the partials of chunks z, z + num_splits, ...; the
 // row's last block to finish folds them).
@@ -364,6 +316,54 @@ __global__ void __launch_bounds__(kThreads)
 // P·V with its lanes over consecutive dims, even and odd keys apart. The chunk's state is
 // computed over its 64 keys at once, so its bits differ from the kernel above (which runs
 // two 32-key tiles with a rescale between them); both modes of this kernel share them.
+
+// Where a thread of the chunk kernel stands: the block's row n and KV head, its warp and lane,
+// the warp's query head h, and whether h is in the group (a group's last block may have
+// fewer heads than warps).
+struct BlockHeads {
+  int n, kv, warp, lane, h;
+  bool active;
+};
+__device__ __forceinline__ BlockHeads block_heads(const Dims& s) {
+  const int kv = blockIdx.y / s.head_blocks;
+  const int warp = threadIdx.x / kWarp;
+  const int h = kv * s.group + (blockIdx.y % s.head_blocks) * kWarps + warp;
+  return {static_cast<int>(blockIdx.x),          kv, warp,
+          static_cast<int>(threadIdx.x % kWarp), h,  h < (kv + 1) * s.group};
+}
+
+// Split mode: stores the state of chunk c of query row (n, h) = row into the workspace. One warp.
+template <class State>
+__device__ void store_partial(const Dims& s, float* workspace, int64_t row, int c,
+                              const State& chunk, int lane) {
+  constexpr int kD = State::kPerLane * kWarp;
+  const int64_t slot = partial_slot(s, row, c);
+  float* stats = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD;
+#pragma unroll
+  for (int i = 0; i < State::kPerLane; ++i) workspace[slot * kD + State::dim(lane, i)] = chunk.o[i];
+  if (lane == 0) {
+    stats[slot * 2] = chunk.m;
+    stats[slot * 2 + 1] = chunk.l;
+  }
+}
+
+// Split mode: whether this block is the last of row n's partial blocks (min(splits, chunks),
+// at least block 0) to count; that one folds, and after the fences every partial of the row
+// is visible to it. Called by the whole block.
+__device__ bool last_to_count(const Dims& s, unsigned* counters, int n, int chunks) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned parts = static_cast<unsigned>(max(1, min(s.num_splits, chunks)));
+    unsigned* counter = counters + static_cast<int64_t>(n) * gridDim.y + blockIdx.y;
+    last = atomicAdd(counter, 1u) == parts - 1;
+    if (last) *counter = 0;  // every block of this call has counted: ready for the next
+  }
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
 
 // The chunk kernel's softmax state: SoftmaxState's arithmetic with each lane holding its
 // kD / 32 consecutive dims (d = dim(lane, i)), the order its P·V accumulates them in.
