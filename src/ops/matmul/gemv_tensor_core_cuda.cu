@@ -18,6 +18,11 @@
 //     resident. Read from the L2 instead, each chunk of a pass waits for the L2's latency
 //     (Qwen2.5-0.5B batch 8 on an H100: 6,554 tokens/s unstaged, 6,993 staged;
 //     docs/optimization-log.md);
+//   - where every warp has one tile of at most two passes and the grid is wholly resident
+//     (Qwen2.5-0.5B's gate/up and down products at batch 8) the second pass of W is copied into
+//     shared memory by cp.async before the wait, so that both passes are in flight while the
+//     previous kernel finishes (MICROLLM_GEMV_STAGE_W=0 reads it into registers after the
+//     first pass instead; the same fragments, so the same sums);
 //   - a slice's chunks are accumulated in order, the slices of a split K are added in slice
 //     order in shared memory; the order is fixed by (N, K) alone, and a row of the mma (a
 //     row of x) never meets another, so a row of x gets the same bits in a call of any
@@ -67,22 +72,19 @@ constexpr int kMaxClusterBlocks = 4;
 // finer cost the 0.5B shape 0.9 % on an H100 (docs/optimization-log.md).
 constexpr int64_t kFineSplitMaxTiles = 512;
 
-// Where a warp's passes of W come from: registers loaded from global memory (the default);
-// the second pass copied into shared memory before the wait (kWStaged, MICROLLM_GEMV_STAGE_W);
-// every pass through two shared-memory buffers (kWStreamed, MICROLLM_GEMV_STREAM_W).
-constexpr int kWRegisters = 0, kWStaged = 1, kWStreamed = 2;
-
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
 // M ≤ 16; kEpi: the epilogue; kNorm: the norm prologue; kClustered: p.cluster_blocks > 1
-// (a one-block kernel compiles without the cluster's index arithmetic and barriers). Dynamic shared
-// memory: with kNorm the normalized rows (M, K / 8) as 16-byte groups (without it, with p.stage_x,
-// x's rows), then with split K the slices' sums (kGemvWarps, kParts, 8, 16) F32. The grid is at
+// (a one-block kernel compiles without the cluster's index arithmetic and barriers); kStageW:
+// a warp's second pass of W is copied into shared memory before the wait (the host's promise:
+// one tile a warp, at most two passes). Dynamic shared memory: with kNorm the normalized rows
+// (M, K / 8) as 16-byte groups (without it, with p.stage_x, x's rows), then with split K the
+// slices' sums (kGemvWarps, kParts, 8, 16) F32, then with kStageW the staged pass. The grid is at
 // most what fits at once; block b serves tile groups b, b + gridDim.x, ... (with clusters of C
 // blocks, cluster i = blocks i·C … i·C + C − 1 serves tile groups i, i + gridDim.x / C, ...).
-template <class T, int kEpi, bool kNorm, bool kClustered, int kSource = kWRegisters>
+template <class T, int kEpi, bool kNorm, bool kClustered, bool kStageW = false>
 __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvParams<T> p) {
   constexpr int kParts = kEpi == kPlain ? 1 : 2;  // weight rows per output row
   constexpr int kChunks = 16 / kParts;            // chunks per lane per pass
@@ -106,12 +108,12 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
   const int slice = rank * splits + warp % splits;
   const int per_slice = (groups + slices - 1) / slices;
   const int begin = slice * per_slice, end = min(groups, begin + per_slice);
-  // With kWStaged (the host's promise: one tile a warp, at most two passes) the second pass
-  // is copied into this lane's slots of shared memory (kGemvWarps, kParts, kChunks, 32) before
-  // the wait, so that it is in flight together with the first.
-  uint4* w_region = reinterpret_cast<uint4*>(
-      partial + (slices > 1 ? kGemvWarps * kParts * kTileRows * kCols : 0));
-  uint4* w_stage = w_region + warp * kParts * kChunks * kWarp;
+  // With kStageW the second pass is copied into this lane's slots of shared memory
+  // (kGemvWarps, kParts, kChunks, 32) before the wait, so that it is in flight together with
+  // the first.
+  uint4* w_stage = reinterpret_cast<uint4*>(
+                       partial + (slices > 1 ? kGemvWarps * kParts * kTileRows * kCols : 0)) +
+                   warp * kParts * kChunks * kWarp;
   uint4 wv[kParts][kChunks];  // one pass of row g of the tile: parts × chunks
   const uint4* w_rows[kParts];
   auto point_at = [&](int64_t tile) {
@@ -134,45 +136,10 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
   // The first pass of W streams in before the wait for the kernel that wrote x.
   const int64_t first_group = blockIdx.x / cluster, group_step = gridDim.x / cluster;
   const int64_t first_tile = first_group * tiles_per_block + warp / splits;
-  // With kWStreamed (the host's choice for grids whose blocks walk several tile groups) W
-  // comes through shared memory instead: the warp's passes over all its tiles form one
-  // sequence; pass s is copied by cp.async into buffer s % 2, (kParts · 8 rows, kRowSlots)
-  // groups, each instruction 512 contiguous bytes of one row, and read back in the fragment
-  // order; pass s + 2 is copied while pass s is multiplied. The fragments, and so the sums,
-  // are those of the register loads.
-  constexpr int kPassGroups = kChunks * kChunkGroups;  // groups of a row a pass: 64 or 32
-  constexpr int kRowSlots = kPassGroups + 4;           // +64 bytes: conflict-free fragment reads
-  constexpr int kBufferGroups = kParts * kTileRows * kRowSlots;
-  const int passes = end > begin ? (end - begin + kPassGroups - 1) / kPassGroups : 0;
-  uint4* w_buffers = w_region + warp * 2 * kBufferGroups;
-  auto copy_pass = [&](int s) {  // commits one group, empty past the warp's last tile
-    if (passes > 0) {
-      const int64_t tile =
-          (first_group + (s / passes) * group_step) * tiles_per_block + warp / splits;
-      const int g0 = begin + (s % passes) * kPassGroups;
-      uint4* buffer = w_buffers + (s & 1) * kBufferGroups;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const int e = i * kWarp + lane;  // (q, r, k) over (kParts, 8, kPassGroups)
-        const int k = e % kPassGroups, r = (e / kPassGroups) % kTileRows;
-        const int q = e / (kPassGroups * kTileRows);
-        const int64_t n = tile * kTileRows + r;
-        const bool valid = tile < tiles && n < N && g0 + k < end;
-        const uint4* source = reinterpret_cast<const uint4*>(p.w);
-        if (valid)
-          source = reinterpret_cast<const uint4*>(p.w + weight_row<T, kEpi>(p, n, q) * K) + g0 + k;
-        copy16_async(buffer + (q * kTileRows + r) * kRowSlots + k, source, valid);
-      }
-    }
-    commit_async();
-  };
-  if constexpr (kSource == kWStreamed) {
-    copy_pass(0);
-    copy_pass(1);
-  } else if (first_tile < tiles) {
+  if (first_tile < tiles) {
     point_at(first_tile);
     load_pass(begin);
-    if constexpr (kSource == kWStaged) {
+    if constexpr (kStageW) {
 #pragma unroll
       for (int u = 0; u < kChunks; ++u) {
         const int gi = begin + (kChunks + u) * kChunkGroups + c;
@@ -199,29 +166,16 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
     const int64_t at = static_cast<int64_t>(m) * groups + gi;
     return m < M && gi < end ? (x_shared ? rows[at] : __ldg(x + at)) : make_uint4(0, 0, 0, 0);
   };
-  int pass = 0;  // with kWStreamed: this warp's place in its sequence of passes
   for (int64_t tile_group = first_group; tile_group < tile_groups; tile_group += group_step) {
     const int64_t tile = tile_group * tiles_per_block + warp / splits;
     float acc[kParts][4] = {};  // element j: x row g + 8·(j / 2), output row 2c + j % 2
     if (tile < tiles) {         // no early exit: the whole block meets at __syncthreads below
-      if (tile_group != first_group && kSource != kWStreamed) {
+      if (tile_group != first_group) {
         point_at(tile);
         load_pass(begin);
       }
       for (int g0 = begin; g0 < end; g0 += kChunks * kChunkGroups) {
-        if constexpr (kSource == kWStreamed) {  // pass `pass` landed: ≤ 1 group pending
-          wait_async<1>();
-          __syncwarp();
-          const uint4* buffer = w_buffers + (pass & 1) * kBufferGroups;
-#pragma unroll
-          for (int u = 0; u < kChunks; ++u)
-#pragma unroll
-            for (int q = 0; q < kParts; ++q)
-              wv[q][u] = buffer[(q * kTileRows + g) * kRowSlots + u * kChunkGroups + c];
-          __syncwarp();  // every lane has read the buffer before it is refilled
-          copy_pass(pass + 2);
-          ++pass;
-        } else if (g0 != begin && kSource == kWStaged) {  // from this lane's own copies
+        if (g0 != begin && kStageW) {  // from this lane's own copies
           wait_async<0>();
 #pragma unroll
           for (int u = 0; u < kChunks; ++u)
@@ -301,7 +255,6 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
     else
       __syncthreads();
   }
-  if constexpr (kSource == kWStreamed) wait_async<0>();  // the zero fills past the last pass
 }
 
 }  // namespace
@@ -316,15 +269,12 @@ bool cluster_split_enabled() { return switch_on("MICROLLM_GEMV_CLUSTER_SPLIT"); 
 bool fine_split_enabled() { return switch_on("MICROLLM_GEMV_FINE_SPLIT"); }
 
 // Whether the tensor-core kernel copies a warp's second pass of W into shared memory before
-// its wait (where every warp has one tile of at most two passes and the bytes fit with as many
-// blocks resident as the grid needs): MICROLLM_GEMV_STAGE_W=1 (read at each call; off by
-// default until measured). It changes where W is read from, never the order of a sum.
-bool stage_w_enabled() { return switch_on("MICROLLM_GEMV_STAGE_W"); }
-
-// Whether the tensor-core kernel streams W through shared memory in grids whose blocks walk
-// several tile groups (the LM head): MICROLLM_GEMV_STREAM_W=1 (read at each call; off by
-// default until measured). The same fragments, so the same sums.
-bool stream_w_enabled() { return switch_on("MICROLLM_GEMV_STREAM_W"); }
+// its wait where every warp has one tile of at most two passes and the bytes fit with as many
+// blocks resident as the grid needs (on by default; MICROLLM_GEMV_STAGE_W=0 turns it off, read
+// at each call). It changes where W is read from, never the order of a sum. Qwen2.5-0.5B batch
+// 8 context 512 on an H100: 1.015× (1.022× with the chunked paged attention;
+// docs/optimization-log.md).
+bool stage_w_enabled() { return !switch_off("MICROLLM_GEMV_STAGE_W"); }
 
 // Split-K for a product of `rows` weight rows of `groups` 16-byte groups: the slices of a tile
 // double while the grid is short of a target number of warps and each slice keeps a minimum
@@ -362,24 +312,25 @@ void launch_gemv_tensor_core(const GemvParams<T>& params, int epi, bool norm, cu
   const size_t rows_bytes = static_cast<size_t>(p.M * groups) * sizeof(uint4);
   const size_t sums_bytes =
       p.splits * cluster > 1 ? sizeof(float) * kGemvWarps * parts * kTileRows * 16 : 0;
-  // The kernel for the epilogue, the prologue, the cluster and where W comes from (the
-  // shared-memory sources only without clusters).
-  auto pick = [&](auto epilogue, auto source) {
-    constexpr int kE = decltype(epilogue)::value, kS = decltype(source)::value;
-    if constexpr (kS == kWRegisters) {
+  // The kernel for the epilogue, the prologue, the cluster and whether W is staged (only
+  // without clusters).
+  auto pick = [&](auto epilogue, auto stage_w) {
+    constexpr int kE = decltype(epilogue)::value;
+    constexpr bool kW = decltype(stage_w)::value;
+    if constexpr (!kW) {
       if (cluster > 1)
         return norm ? gemv_tensor_core_kernel<T, kE, true, true>
                     : gemv_tensor_core_kernel<T, kE, false, true>;
     }
-    return norm ? gemv_tensor_core_kernel<T, kE, true, false, kS>
-                : gemv_tensor_core_kernel<T, kE, false, false, kS>;
+    return norm ? gemv_tensor_core_kernel<T, kE, true, false, kW>
+                : gemv_tensor_core_kernel<T, kE, false, false, kW>;
   };
-  auto pick_for = [&](auto source) {
-    return epi == kSwiglu ? pick(std::integral_constant<int, kSwiglu>{}, source)
-           : epi == kRope ? pick(std::integral_constant<int, kRope>{}, source)
-                          : pick(std::integral_constant<int, kPlain>{}, source);
+  auto pick_for = [&](auto stage_w) {
+    return epi == kSwiglu ? pick(std::integral_constant<int, kSwiglu>{}, stage_w)
+           : epi == kRope ? pick(std::integral_constant<int, kRope>{}, stage_w)
+                          : pick(std::integral_constant<int, kPlain>{}, stage_w);
   };
-  auto kernel = pick_for(std::integral_constant<int, kWRegisters>{});
+  auto kernel = pick_for(std::false_type{});
   const void* address = reinterpret_cast<const void*>(kernel);
   p.stage_x = !norm && stage_x_fits(address, sums_bytes, rows_bytes, tile_groups * cluster);
   size_t shared = (norm || p.stage_x ? rows_bytes : 0) + sums_bytes;
@@ -387,31 +338,15 @@ void launch_gemv_tensor_core(const GemvParams<T>& params, int epi, bool norm, cu
   const int64_t pass_groups = (16 / parts) * 4;
   const int64_t per_slice = ceil_div(groups, static_cast<int64_t>(p.splits) * cluster);
   const size_t w_stage_bytes = sizeof(uint4) * kGemvWarps * 16 * kWarp;
-  // W streamed: two buffers of a pass a warp, where the grid is capped at what fits (each block
-  // walks several tile groups) and the block can have the bytes.
-  const size_t w_stream_bytes =
-      sizeof(uint4) * kGemvWarps * 2 * (16 * kWarp + parts * kTileRows * 4);
-  bool staged_w = false;
   if (cluster == 1 && per_slice > pass_groups && per_slice <= 2 * pass_groups &&
       stage_w_enabled()) {
-    const auto staged = pick_for(std::integral_constant<int, kWStaged>{});
+    const auto staged = pick_for(std::true_type{});
     const void* at = reinterpret_cast<const void*>(staged);
     if (block_fits(at, shared + w_stage_bytes) &&
         resident_blocks(at, shared + w_stage_bytes) >= tile_groups) {
       kernel = staged;
       address = at;
       shared += w_stage_bytes;
-      staged_w = true;
-    }
-  }
-  if (!staged_w && cluster == 1 && stream_w_enabled() &&
-      tile_groups > resident_blocks(address, shared)) {
-    const auto streamed = pick_for(std::integral_constant<int, kWStreamed>{});
-    const void* at = reinterpret_cast<const void*>(streamed);
-    if (block_fits(at, shared + w_stream_bytes)) {
-      kernel = streamed;
-      address = at;
-      shared += w_stream_bytes;
     }
   }
   allow_dynamic_shared(address, shared);

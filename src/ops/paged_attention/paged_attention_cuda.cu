@@ -1,21 +1,24 @@
-// CUDA paged attention: online softmax over key tiles read through the block table, with
-// split-K over fixed 64-key chunks for steps with few rows (flash-decoding).
+// CUDA paged attention: online softmax over 64-key chunks read through the block table, with
+// split-K over the chunks for steps with few rows (flash-decoding).
 // References: Kwon et al. 2023 (PagedAttention, vLLM); Dao et al. 2023 (Flash-Decoding);
 // Milakov & Gimelshein 2018 (online softmax).
 //
 // Grid (N rows, Hkv · head_blocks, splits): a block serves one new token row, up to
 // kPagedHeadsPerBlock query heads of one KV group (one warp per head, so the group shares each
-// K/V tile) and, in split mode, the 64-key chunks z, z + splits, ... of the row. Per 32-key tile:
-// the block loads K and V into shared memory as F32 (16-byte loads, zeros past the visible keys),
-// each warp scores the tile with one lane per key, updates its running max and sum and accumulates
-// P·V with lanes over the head dim. Per chunk the state (m, l, o) starts afresh; a single pass
-// folds the chunks into the row's total with fold(), split mode writes each chunk's state to the
-// workspace and the last of a row's partial blocks to finish (a counter per (row, head
-// block)) folds them in the same order. The chunk code is shared and fold() rounds
-// explicitly (no contraction), so both modes give the same bits, whichever block comes last,
-// and a row's result never depends on the rest of the step. With PagedHistory::earlier_steps
-// a block reads its row's place and the history keys of its first tile before it waits for
-// the previous kernel (programmatic launch), q and the step's new keys after.
+// chunk of K and V) and, in split mode, the chunks z, z + splits, ... of the row. A chunk's
+// keys and values land in shared memory as the cache stores them, by cp.async, 64 rows at
+// once, the block's next chunk while this one is computed (two stages); a warp scores two
+// keys a lane with four partial sums each, takes the chunk's max and sum, and accumulates P·V
+// with its lanes over consecutive dims, even and odd keys apart. A single pass folds the
+// chunks' states into the row's total with fold(); split mode writes each chunk's state to
+// the workspace and the last of a row's partial blocks to finish (a counter per (row, head
+// block)) folds them in the same order. The chunk code is shared and fold() rounds explicitly
+// (no contraction), so both modes give the same bits, whichever block comes last, and a row's
+// result never depends on the rest of the step. With PagedHistory::earlier_steps a block
+// copies its row's place and the history keys of its first chunk before it waits for the
+// previous kernel (programmatic launch), q and the step's new keys after.
+// Against the earlier kernel of 32-key tiles loaded as F32 with one barrier pair per tile:
+// Qwen2.5-0.5B decode 1.07–1.12× faster on an H100 (docs/optimization-log.md).
 // Layout: q, out (N, H, D) rows at q_row_stride / out_row_stride; caches (NB, BS, Hkv, D);
 // workspace: the counters (N, Hkv · head_blocks) u32 in its first kPagedSplitBelowBlocks
 // words (zero between calls), then partial outputs (N, H, chunks, D) and (m, l) pairs
@@ -25,7 +28,6 @@
 #include <type_traits>
 
 #include "../cuda_common.cuh"
-#include "microllm/core/switch.h"
 #include "paged_attention_kernels.h"
 
 namespace microllm::ops {
@@ -35,9 +37,7 @@ using namespace cuda_detail;
 
 constexpr int kWarps = static_cast<int>(kPagedHeadsPerBlock);  // one query head per warp
 constexpr int kThreads = kWarps * kWarp;
-constexpr int kKeyTile = kWarp;  // keys per shared-memory tile: one per lane for the scores
 constexpr int kChunk = static_cast<int>(kPagedChunkKeys);
-static_assert(kChunk % kKeyTile == 0, "a chunk is a whole number of tiles");
 constexpr int kCombinePrefetch = 8;  // chunk partials the fold of split mode loads at once
 
 // The plan as the kernels read it.
@@ -73,38 +73,20 @@ __device__ RowPlace place_row(const Dims& s, const int32_t* query_starts, const 
 }
 
 // Running softmax state of one query head over some keys: max m, sum l of exp(score − m) and
-// the unnormalized output o; each lane holds o[d] for d = lane + 32·i.
+// the unnormalized output o; each lane holds o[d] for its kD / 32 consecutive dims
+// d = dim(lane, i), the order P·V accumulates them in.
 template <int kD>
 struct SoftmaxState {
   static constexpr int kPerLane = kD / kWarp;
   float m, l, o[kPerLane];
+
+  static __device__ __forceinline__ int dim(int lane, int i) { return lane * kPerLane + i; }
 
   __device__ void reset() {
     m = -INFINITY;
     l = 0.0f;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) o[i] = 0.0f;
-  }
-
-  // Adds one tile of `keys` keys (rows past it are zeros). Called by a whole warp.
-  __device__ void add_tile(const float* q_row, const float (*k_tile)[kD + 1],
-                           const float (*v_tile)[kD + 1], int keys, float scale, int lane) {
-    float dot = 0.0f;  // lane j scores key j
-#pragma unroll 16
-    for (int d = 0; d < kD; ++d) dot += q_row[d] * k_tile[lane][d];
-    const float score = lane < keys ? dot * scale : -INFINITY;
-    const float m_new = fmaxf(m, warp_max(score));  // finite: key 0 of a tile is visible
-    const float rescale = expf(m - m_new);          // 0 on a chunk's first tile
-    const float prob = lane < keys ? expf(score - m_new) : 0.0f;
-    l = l * rescale + warp_sum(prob);
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) o[i] *= rescale;
-    for (int j = 0; j < keys; ++j) {
-      const float p = __shfl_sync(0xffffffffu, prob, j);
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) o[i] += p * v_tile[j][lane + i * kWarp];
-    }
-    m = m_new;
   }
 
   // Folds the state of the next chunk (never empty) into this one. The roundings are
@@ -123,201 +105,16 @@ struct SoftmaxState {
   __device__ void store(T* out_row, int lane) const {
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i)
-      out_row[lane + i * kWarp] = from_float<T>(l > 0.0f ? __fdiv_rn(o[i], l) : 0.0f);
+      out_row[dim(lane, i)] = from_float<T>(l > 0.0f ? __fdiv_rn(o[i], l) : 0.0f);
   }
 };
-
-// Loads keys first_key .. first_key+keys−1 of KV head kv into tile (zeros for the rest of the
-// kKeyTile rows) as F32, 16 bytes per load; only tile rows [row_begin, row_end) are written.
-// Called by the whole block.
-template <class CacheT, int kD>
-__device__ void load_tile(const Dims& s, const CacheT* cache, const int32_t* table_row, int kv,
-                          int first_key, int keys, float (*tile)[kD + 1], int row_begin = 0,
-                          int row_end = kKeyTile) {
-  constexpr int kV = kVec<CacheT>;    // elements per 16-byte load
-  constexpr int kRowLoads = kD / kV;  // loads per key row
-  for (int i = threadIdx.x + row_begin * kRowLoads; i < row_end * kRowLoads; i += kThreads) {
-    const int j = i / kRowLoads, d0 = (i % kRowLoads) * kV;
-    float* dst = &tile[j][d0];
-    if (j < keys) {
-      const int key = first_key + j;
-      const int64_t slot = static_cast<int64_t>(table_row[key / s.BS]) * s.BS + key % s.BS;
-      const Vec16<CacheT> x =
-          *reinterpret_cast<const Vec16<CacheT>*>(cache + (slot * s.Hkv + kv) * kD + d0);
-#pragma unroll
-      for (int e = 0; e < kV; ++e) dst[e] = to_float(x.v[e]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < kV; ++e) dst[e] = 0.0f;
-    }
-  }
-}
 
 // Workspace slots of chunk c of query row (n, h) = row: partial output and (m, l).
 __device__ __forceinline__ int64_t partial_slot(const Dims& s, int64_t row, int c) {
   return row * s.num_chunks + c;
 }
 
-// Adds keys [c0, c1) (at most one chunk) to `chunk`, starting it afresh; with `preloaded`
-// the tiles already hold its first 32 keys. Called by the whole block: every thread reaches
-// the barriers.
-template <class CacheT, int kD>
-__device__ void chunk_state(const Dims& s, const CacheT* k_cache, const CacheT* v_cache,
-                            const int32_t* table_row, int kv, int c0, int c1, bool active,
-                            const float* q_row, float (*k_tile)[kD + 1], float (*v_tile)[kD + 1],
-                            SoftmaxState<kD>& chunk, int lane, bool preloaded = false) {
-  chunk.reset();
-  for (int t0 = c0; t0 < c1; t0 += kKeyTile) {
-    const int keys = min(kKeyTile, c1 - t0);
-    __syncthreads();  // the previous tile is consumed; q_rows are published the first time
-    if (!(preloaded && t0 == c0)) {
-      load_tile<CacheT, kD>(s, k_cache, table_row, kv, t0, keys, k_tile);
-      load_tile<CacheT, kD>(s, v_cache, table_row, kv, t0, keys, v_tile);
-    }
-    __syncthreads();
-    if (active) chunk.add_tile(q_row, k_tile, v_tile, keys, s.scale, lane);
-  }
-}
-
-// Split mode: folds the `chunks` partials of query row (n, h) = row in chunk order and
-// stores the normalized output. Called by one warp; the partials come from other blocks, so
-// they are read from L2 (__ldcg), past this SM's L1.
-template <class T, int kD>
-__device__ void fold_partials(const Dims& s, int64_t row, int chunks, const float* workspace,
-                              T* out_row, int lane) {
-  const float* stats = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD;
-  SoftmaxState<kD> total;
-  total.reset();
-  // The loads of kCombinePrefetch chunks are issued together (they do not depend on the
-  // fold), then folded one by one in chunk order: one memory latency per group of chunks.
-  for (int c0 = 0; c0 < chunks; c0 += kCombinePrefetch) {
-    SoftmaxState<kD> part[kCombinePrefetch];
-#pragma unroll
-    for (int j = 0; j < kCombinePrefetch; ++j) {
-      if (c0 + j >= chunks) break;
-      const int64_t slot = partial_slot(s, row, c0 + j);
-      part[j].m = __ldcg(stats + slot * 2);
-      part[j].l = __ldcg(stats + slot * 2 + 1);
-#pragma unroll
-      for (int i = 0; i < SoftmaxState<kD>::kPerLane; ++i)
-        part[j].o[i] = __ldcg(workspace + slot * kD + lane + i * kWarp);
-    }
-#pragma unroll
-    for (int j = 0; j < kCombinePrefetch; ++j) {
-      if (c0 + j >= chunks) break;
-      total.fold(part[j]);
-    }
-  }
-  total.store(out_row, lane);
-}
-
-// Partial kernel: single pass (grid z = 1, folds every chunk and writes out) or split mode
-// (grid z = num_splits, block z writes the partials of chunks z, z + num_splits, ...; the
-// row's last block to finish folds them).
-template <class T, class CacheT, int kD>
-__global__ void __launch_bounds__(kThreads)
-    paged_attention_kernel(Dims s, const T* q, const CacheT* k_cache, const CacheT* v_cache,
-                           const int32_t* query_starts, const int32_t* seq_lens,
-                           const int32_t* block_tables, T* out, float* workspace,
-                           unsigned* counters) {
-  __shared__ float q_rows[kWarps][kD];        // the block's query rows in F32
-  __shared__ float k_tile[kKeyTile][kD + 1];  // +1: lane j reads row j without bank conflicts
-  __shared__ float v_tile[kKeyTile][kD + 1];
-  const int n = blockIdx.x;
-  const int kv = blockIdx.y / s.head_blocks;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int h = kv * s.group + (blockIdx.y % s.head_blocks) * kWarps + warp;
-  const bool active = h < (kv + 1) * s.group;  // a group's last block may have fewer heads
-  // With early history the step's metadata (copied in before the step's first kernel) and
-  // the history keys of the block's first tile are read before the wait for the kernel that
-  // wrote q and the new keys: the chain of dependent loads (query_starts, seq_lens, block
-  // table, cache) overlaps that kernel's tail instead of following it.
-  if (!s.early_history) enter_dependent_grid();  // launched as a dependent grid
-  const RowPlace place = place_row(s, query_starts, seq_lens, n);
-  const int chunks = (place.visible + kChunk - 1) / kChunk;
-  // Block 0 always takes part, so a row without keys (padding) still gets its zeros.
-  if (s.split && blockIdx.z > 0 && static_cast<int>(blockIdx.z) >= chunks)
-    return;  // no chunk of the row for this block; uniform over the block
-  // (M) the row's block table; padding rows (b = −1) read no key.
-  const int32_t* table_row = block_tables + static_cast<int64_t>(max(place.b, 0)) * s.M;
-  const int64_t row = static_cast<int64_t>(n) * s.H + h;  // (n, h) over (N, H)
-  // The block's first tile: keys [t0, t0 + keys) of its first chunk (none: keys ≤ 0).
-  const int t0 = s.split ? static_cast<int>(blockIdx.z) * kChunk : 0;
-  const int first_keys = min(kKeyTile, place.visible - t0);
-  const bool preload = s.early_history && first_keys > 0;
-  // History rows [0, old) of the first tile before the wait, the step's new keys after it.
-  const int old = preload ? max(0, min(first_keys, place.fresh - t0)) : 0;
-  if (preload) {
-    load_tile<CacheT, kD>(s, k_cache, table_row, kv, t0, first_keys, k_tile, 0, old);
-    load_tile<CacheT, kD>(s, v_cache, table_row, kv, t0, first_keys, v_tile, 0, old);
-  }
-  if (s.early_history) enter_dependent_grid();
-  if (preload) {
-    load_tile<CacheT, kD>(s, k_cache, table_row, kv, t0, first_keys, k_tile, old);
-    load_tile<CacheT, kD>(s, v_cache, table_row, kv, t0, first_keys, v_tile, old);
-  }
-  if (active)
-    for (int d = lane; d < kD; d += kWarp)
-      q_rows[warp][d] = to_float(q[n * s.q_row_stride + h * kD + d]);
-
-  SoftmaxState<kD> total, chunk;
-  total.reset();
-  if (!s.split) {
-    for (int c0 = 0; c0 < place.visible; c0 += kChunk) {
-      chunk_state<CacheT, kD>(s, k_cache, v_cache, table_row, kv, c0,
-                              min(c0 + kChunk, place.visible), active, q_rows[warp], k_tile, v_tile,
-                              chunk, lane, preload && c0 == 0);
-      total.fold(chunk);
-    }
-    if (active) total.store(out + n * s.out_row_stride + h * kD, lane);
-    return;
-  }
-  // Each chunk's state as computed, so that the combine folds exactly what a single pass
-  // folds.
-  float* stats_base = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD;
-  for (int c = blockIdx.z; c * kChunk < place.visible; c += s.num_splits) {
-    const int c0 = c * kChunk;
-    chunk_state<CacheT, kD>(s, k_cache, v_cache, table_row, kv, c0, min(c0 + kChunk, place.visible),
-                            active, q_rows[warp], k_tile, v_tile, chunk, lane,
-                            preload && c == static_cast<int>(blockIdx.z));
-    if (!active) continue;  // the barriers of the next chunk are reached by every thread
-    const int64_t slot = partial_slot(s, row, c);
-    float* o = workspace + slot * kD;
-#pragma unroll
-    for (int i = 0; i < SoftmaxState<kD>::kPerLane; ++i) o[lane + i * kWarp] = chunk.o[i];
-    if (lane == 0) {
-      stats_base[slot * 2] = chunk.m;
-      stats_base[slot * 2 + 1] = chunk.l;
-    }
-  }
-  // The row's blocks that take part: min(splits, chunks), at least block 0. The one that
-  // counts last folds (its partials and the others' are visible after the fences).
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned parts = static_cast<unsigned>(max(1, min(s.num_splits, chunks)));
-    unsigned* counter = counters + static_cast<int64_t>(n) * gridDim.y + blockIdx.y;
-    last = atomicAdd(counter, 1u) == parts - 1;
-    if (last) *counter = 0;  // every block of this call has counted: ready for the next
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (active)
-    fold_partials<T, kD>(s, row, chunks, workspace, out + n * s.out_row_stride + h * kD, lane);
-}
-
-// ---- The chunk kernel (MICROLLM_PAGED_CHUNKS=1): a whole chunk per barrier -------------
-// The same grid, plan, chunks and fold as the kernel above; what differs is how a block
-// computes a chunk's state. Its keys and values land in shared memory as the cache stores
-// them, by cp.async, 64 rows at once and the block's next chunk while this one is computed
-// (two stages); a warp scores two keys a lane with four partial sums each, and accumulates
-// P·V with its lanes over consecutive dims, even and odd keys apart. The chunk's state is
-// computed over its 64 keys at once, so its bits differ from the kernel above (which runs
-// two 32-key tiles with a rescale between them); both modes of this kernel share them.
-
-// Where a thread of the chunk kernel stands: the block's row n and KV head, its warp and lane,
+// Where a thread of the kernel stands: the block's row n and KV head, its warp and lane,
 // the warp's query head h, and whether h is in the group (a group's last block may have
 // fewer heads than warps).
 struct BlockHeads {
@@ -333,10 +130,10 @@ __device__ __forceinline__ BlockHeads block_heads(const Dims& s) {
 }
 
 // Split mode: stores the state of chunk c of query row (n, h) = row into the workspace. One warp.
-template <class State>
+template <int kD>
 __device__ void store_partial(const Dims& s, float* workspace, int64_t row, int c,
-                              const State& chunk, int lane) {
-  constexpr int kD = State::kPerLane * kWarp;
+                              const SoftmaxState<kD>& chunk, int lane) {
+  using State = SoftmaxState<kD>;
   const int64_t slot = partial_slot(s, row, c);
   float* stats = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD;
 #pragma unroll
@@ -365,30 +162,19 @@ __device__ bool last_to_count(const Dims& s, unsigned* counters, int n, int chun
   return last;
 }
 
-// The chunk kernel's softmax state: SoftmaxState's arithmetic with each lane holding its
-// kD / 32 consecutive dims (d = dim(lane, i)), the order its P·V accumulates them in.
-template <int kD>
-struct ChunkState : SoftmaxState<kD> {
-  using SoftmaxState<kD>::kPerLane;
-  static __device__ __forceinline__ int dim(int lane, int i) { return lane * kPerLane + i; }
-
-  template <class T>
-  __device__ void store(T* out_row, int lane) const {
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i)
-      out_row[dim(lane, i)] = from_float<T>(this->l > 0.0f ? __fdiv_rn(this->o[i], this->l) : 0.0f);
-  }
-};
-
-// fold_partials for the chunk kernel's partials (dims in ChunkState's order).
+// Split mode: folds the `chunks` partials of query row (n, h) = row in chunk order and
+// stores the normalized output. Called by one warp; the partials come from other blocks, so
+// they are read from L2 (__ldcg), past this SM's L1. The loads of kCombinePrefetch chunks
+// are issued together (they do not depend on the fold), then folded one by one in chunk
+// order: one memory latency per group of chunks.
 template <class T, int kD>
-__device__ void fold_chunk_partials(const Dims& s, int64_t row, int chunks, const float* workspace,
-                                    T* out_row, int lane) {
+__device__ void fold_partials(const Dims& s, int64_t row, int chunks, const float* workspace,
+                              T* out_row, int lane) {
   const float* stats = workspace + static_cast<int64_t>(s.N) * s.H * s.num_chunks * kD;
-  ChunkState<kD> total;
+  SoftmaxState<kD> total;
   total.reset();
   for (int c0 = 0; c0 < chunks; c0 += kCombinePrefetch) {
-    ChunkState<kD> part[kCombinePrefetch];
+    SoftmaxState<kD> part[kCombinePrefetch];
 #pragma unroll
     for (int j = 0; j < kCombinePrefetch; ++j) {
       if (c0 + j >= chunks) break;
@@ -396,8 +182,8 @@ __device__ void fold_chunk_partials(const Dims& s, int64_t row, int chunks, cons
       part[j].m = __ldcg(stats + slot * 2);
       part[j].l = __ldcg(stats + slot * 2 + 1);
 #pragma unroll
-      for (int i = 0; i < ChunkState<kD>::kPerLane; ++i)
-        part[j].o[i] = __ldcg(workspace + slot * kD + ChunkState<kD>::dim(lane, i));
+      for (int i = 0; i < SoftmaxState<kD>::kPerLane; ++i)
+        part[j].o[i] = __ldcg(workspace + slot * kD + SoftmaxState<kD>::dim(lane, i));
     }
 #pragma unroll
     for (int j = 0; j < kCombinePrefetch; ++j) {
@@ -407,7 +193,6 @@ __device__ void fold_chunk_partials(const Dims& s, int64_t row, int chunks, cons
   }
   total.store(out_row, lane);
 }
-
 // One stage: a chunk's keys and values, rows padded by 16 bytes, so that 8 lanes reading 16
 // bytes of 8 consecutive rows (scores) or a warp reading consecutive dims of one row (P·V)
 // meet no bank conflict.
@@ -454,8 +239,8 @@ __device__ __forceinline__ void load_floats(const CacheT* at, float (&out)[kN]) 
 // The state of one query head (q_row, F32) over the `keys` first rows of a stage. Called by a
 // whole warp; probs is the warp's (kChunk) F32 scratch.
 template <class CacheT, int kD>
-__device__ ChunkState<kD> chunk_of_stage(const float* q_row, const ChunkStage<CacheT, kD>& stage,
-                                         float* probs, int keys, float scale, int lane) {
+__device__ SoftmaxState<kD> chunk_of_stage(const float* q_row, const ChunkStage<CacheT, kD>& stage,
+                                           float* probs, int keys, float scale, int lane) {
   constexpr int kV = kVec<CacheT>, kPerLane = kD / kWarp;
   // Scores of keys lane and lane + 32: dims d ≡ e (mod 4) summed apart, then in pairs.
   float acc[2][4] = {};
@@ -484,7 +269,7 @@ __device__ ChunkState<kD> chunk_of_stage(const float* q_row, const ChunkStage<Ca
     const float dot = (acc[r][0] + acc[r][1]) + (acc[r][2] + acc[r][3]);
     score[r] = lane + r * kWarp < keys ? dot * scale : -INFINITY;
   }
-  ChunkState<kD> state;
+  SoftmaxState<kD> state;
   state.m = warp_max(fmaxf(score[0], score[1]));  // finite: key 0 of a chunk is visible
 #pragma unroll
   for (int r = 0; r < 2; ++r) p[r] = lane + r * kWarp < keys ? expf(score[r] - state.m) : 0.0f;
@@ -520,18 +305,22 @@ constexpr size_t chunk_stages_bytes() {
 // chunks z, z + num_splits, ...; the row's last block to count folds the partials).
 template <class T, class CacheT, int kD>
 __global__ void __launch_bounds__(kThreads)
-    paged_attention_chunks_kernel(Dims s, const T* q, const CacheT* k_cache, const CacheT* v_cache,
-                                  const int32_t* query_starts, const int32_t* seq_lens,
-                                  const int32_t* block_tables, T* out, float* workspace,
-                                  unsigned* counters) {
+    paged_attention_kernel(Dims s, const T* q, const CacheT* k_cache, const CacheT* v_cache,
+                           const int32_t* query_starts, const int32_t* seq_lens,
+                           const int32_t* block_tables, T* out, float* workspace,
+                           unsigned* counters) {
   using Stage = ChunkStage<CacheT, kD>;
-  using State = ChunkState<kD>;
+  using State = SoftmaxState<kD>;
   extern __shared__ __align__(16) unsigned char shared[];
   Stage* stages = reinterpret_cast<Stage*>(shared);   // 2 stages
   __shared__ __align__(16) float q_rows[kWarps][kD];  // the block's query rows in F32
   __shared__ __align__(16) float probs[kWarps][kChunk];
   const auto [n, kv, warp, lane, h, active] = block_heads(s);
-  if (!s.early_history) enter_dependent_grid();  // as in the kernel above
+  // With early history the step's metadata (copied in before the step's first kernel) and
+  // the history keys of the block's first chunk are read before the wait for the kernel that
+  // wrote q and the new keys: the chain of dependent loads (query_starts, seq_lens, block
+  // table, cache) overlaps that kernel's tail instead of following it.
+  if (!s.early_history) enter_dependent_grid();  // launched as a dependent grid
   const RowPlace place = place_row(s, query_starts, seq_lens, n);
   const int chunks = (place.visible + kChunk - 1) / kChunk;
   if (s.split && blockIdx.z > 0 && static_cast<int>(blockIdx.z) >= chunks) return;
@@ -587,8 +376,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (!last_to_count(s, counters, n, chunks)) return;
   if (active)
-    fold_chunk_partials<T, kD>(s, row, chunks, workspace, out + n * s.out_row_stride + h * kD,
-                               lane);
+    fold_partials<T, kD>(s, row, chunks, workspace, out + n * s.out_row_stride + h * kD, lane);
 }
 
 Dims dims_of(const PagedAttentionPlan& p) {
@@ -613,10 +401,6 @@ Dims dims_of(const PagedAttentionPlan& p) {
               p.split,
               p.early_history};
 }
-
-// Whether the chunk kernel serves the calls: MICROLLM_PAGED_CHUNKS=1 (read at each call, so
-// tests can switch it; off by default until measured).
-bool chunk_kernel_enabled() { return switch_on("MICROLLM_PAGED_CHUNKS"); }
 
 // Calls fn(std::integral_constant<int, D>{}) for the head dims the kernels are built for.
 template <class Fn>
@@ -649,20 +433,13 @@ void paged_attention_cuda(const PagedAttentionPlan& p, const Tensor& q, const Te
         using CacheT = decltype(cache_tag);
         const dim3 grid(static_cast<unsigned>(s.N), static_cast<unsigned>(s.Hkv * s.head_blocks),
                         s.split ? static_cast<unsigned>(s.num_splits) : 1u);
-        const auto args = [&](auto kernel, const char* name, size_t shared) {
-          launch_dependent(name, kernel, grid, dim3(kThreads), shared, stream, s, ptr<const T>(q),
-                           ptr<const CacheT>(k_cache), ptr<const CacheT>(v_cache),
-                           ptr<const int32_t>(query_starts), ptr<const int32_t>(seq_lens),
-                           ptr<const int32_t>(block_tables), ptr<T>(out), ws, counters);
-        };
-        if (chunk_kernel_enabled()) {
-          const auto kernel = paged_attention_chunks_kernel<T, CacheT, kD>;
-          constexpr size_t kShared = chunk_stages_bytes<CacheT, kD>();
-          allow_dynamic_shared(reinterpret_cast<const void*>(kernel), kShared);
-          args(kernel, "paged_attention_chunks_kernel", kShared);
-        } else {
-          args(paged_attention_kernel<T, CacheT, kD>, "paged_attention_kernel", 0);
-        }
+        const auto kernel = paged_attention_kernel<T, CacheT, kD>;
+        constexpr size_t kShared = chunk_stages_bytes<CacheT, kD>();
+        allow_dynamic_shared(reinterpret_cast<const void*>(kernel), kShared);
+        launch_dependent("paged_attention_kernel", kernel, grid, dim3(kThreads), kShared, stream, s,
+                         ptr<const T>(q), ptr<const CacheT>(k_cache), ptr<const CacheT>(v_cache),
+                         ptr<const int32_t>(query_starts), ptr<const int32_t>(seq_lens),
+                         ptr<const int32_t>(block_tables), ptr<T>(out), ws, counters);
       };
       // The cache dtype was checked on the host: f32 or bf16.
       if (k_cache.dtype() == DType::F32)
