@@ -22,6 +22,7 @@
 #include "microllm/ops/paged_attention.h"
 #include "microllm/ops/rope.h"
 #include "ops/paged_attention/paged_step_fixture.h"
+#include "support/scoped_env.h"
 
 using namespace microllm;
 using namespace microllm::testing::paged;
@@ -220,6 +221,44 @@ TEST(CudaPagedAttention, MixedBatchGivesEachRowTheSameBitsInSplitAndSinglePassSt
     EXPECT_TRUE(same_bytes(attend(decode, ctx.caches.gpu_k, ctx.caches.gpu_v, 8192),
                            rows(single_out, 0, 2)))
         << dtype;
+  }
+}
+
+// MICROLLM_PAGED_SHORT_ROWS=1: in a split step the rows of at most two 64-key chunks are
+// computed by one block each, with no partials or counter. Decode rows of 1 to 32 chunks, a
+// first token and padding give the bits of split mode, with the switch on as with it off;
+// switching back and forth (the same workspace) checks that every call leaves its counters
+// zero.
+TEST(CudaPagedAttention, ShortRowsAloneGiveTheBitsOfSplitMode) {
+  MICROLLM_REQUIRE_CUDA();
+  const Heads h{14, 2, 64};  // 4 blocks per row: 12 rows · 4 < 264, a split step
+  const std::vector<int64_t> lengths = {2, 37, 64, 65, 128, 129, 200, 2000, 1};
+  std::vector<int64_t> written;
+  Ranges decode;
+  for (int64_t T : lengths) {
+    written.push_back(T - 1);
+    decode.push_back({T - 1, T});
+  }
+  for (DType dtype : microllm::testing::kCudaTestDtypes) {
+    LongContext ctx(h, lengths, written, dtype, 81);
+    const Step cpu = make_step(ctx.seqs, ctx.layout, decode, 3, dtype);
+    const Step gpu = to_device(cpu, kGpu);
+    ops::kv_write(cpu.k, cpu.v, cpu.slot_mapping, ctx.caches.cpu_k, ctx.caches.cpu_v);
+    ops::kv_write(gpu.k, gpu.v, gpu.slot_mapping, ctx.caches.gpu_k, ctx.caches.gpu_v);
+    const Tensor workspace = workspace_for(gpu, 2048, kGpu);
+    const auto run = [&](const char* setting) {
+      microllm::testing::ScopedEnv env("MICROLLM_PAGED_SHORT_ROWS", setting);
+      Tensor out = Tensor::full(gpu.q.shape(), 3.0, dtype, kGpu);  // (N, H, D)
+      ops::paged_attention(gpu.q, ctx.caches.gpu_k, ctx.caches.gpu_v, gpu.query_starts,
+                           gpu.seq_lens, gpu.block_tables, NAN, 2048, out, workspace);
+      return out;
+    };
+    const Tensor want = run("0");
+    EXPECT_TRUE(outputs_agree(want, attend(cpu, ctx.caches.cpu_k, ctx.caches.cpu_v, 2048)))
+        << dtype;
+    for (const char* setting : {"1", "0", "1", "1", "0"})
+      EXPECT_TRUE(same_bytes(run(setting), want))
+          << dtype << " MICROLLM_PAGED_SHORT_ROWS=" << setting;
   }
 }
 

@@ -14,10 +14,11 @@
 // the workspace and the last of a row's partial blocks to finish (a counter per (row, head
 // block)) folds them in the same order. The chunk code is shared and fold() rounds explicitly
 // (no contraction), so both modes give the same bits, whichever block comes last, and a row's
-// result never depends on the rest of the step. With PagedHistory::earlier_steps a block
-// copies its row's place and the history keys of its first chunk before it waits for the
-// previous kernel (programmatic launch), q and the step's new keys after.
-// Against the earlier kernel of 32-key tiles loaded as F32 with one barrier pair per tile:
+// result never depends on the rest of the step. With MICROLLM_PAGED_SHORT_ROWS=1 (off by default)
+// a split step's rows of at most kShortRowChunks chunks go as in a single pass. With
+// PagedHistory::earlier_steps a block copies its row's place and the history keys of its first
+// chunk before it waits for the previous kernel (programmatic launch), q and the step's new keys
+// after. Against the earlier kernel of 32-key tiles loaded as F32 with one barrier pair per tile:
 // Qwen2.5-0.5B decode 1.07–1.12× faster on an H100 (docs/optimization-log.md).
 // Layout: q, out (N, H, D) rows at q_row_stride / out_row_stride; caches (NB, BS, Hkv, D);
 // workspace: the counters (N, Hkv · head_blocks) u32 in its first kPagedSplitBelowBlocks
@@ -28,6 +29,7 @@
 #include <type_traits>
 
 #include "../cuda_common.cuh"
+#include "microllm/core/switch.h"
 #include "paged_attention_kernels.h"
 
 namespace microllm::ops {
@@ -39,6 +41,9 @@ constexpr int kWarps = static_cast<int>(kPagedHeadsPerBlock);  // one query head
 constexpr int kThreads = kWarps * kWarp;
 constexpr int kChunk = static_cast<int>(kPagedChunkKeys);
 constexpr int kCombinePrefetch = 8;  // chunk partials the fold of split mode loads at once
+// With MICROLLM_PAGED_SHORT_ROWS=1, a row of a split step with at most this many chunks is
+// computed by its block 0 alone, in the single pass's order.
+constexpr int kShortRowChunks = 2;
 
 // The plan as the kernels read it.
 struct Dims {
@@ -46,6 +51,7 @@ struct Dims {
   int64_t q_row_stride, out_row_stride;
   float scale;
   bool split, early_history;
+  int alone_chunks;  // split mode: rows of at most this many chunks take no partial blocks
 };
 
 // The sequence of row n, how many keys it sees (0 for padding rows: output zeros) and the
@@ -323,11 +329,15 @@ __global__ void __launch_bounds__(kThreads)
   if (!s.early_history) enter_dependent_grid();  // launched as a dependent grid
   const RowPlace place = place_row(s, query_starts, seq_lens, n);
   const int chunks = (place.visible + kChunk - 1) / kChunk;
-  if (s.split && blockIdx.z > 0 && static_cast<int>(blockIdx.z) >= chunks) return;
+  // A short row of a split step may go as in a single pass: block 0 takes its chunks and folds
+  // them itself, with no partials, fences or counter (the same bits, see the file comment).
+  // Block 0 always takes part, so a row without keys (padding) still gets its zeros.
+  const bool split = s.split && chunks > s.alone_chunks;
+  if (s.split && blockIdx.z > 0 && (!split || static_cast<int>(blockIdx.z) >= chunks)) return;
   const int32_t* table_row = block_tables + static_cast<int64_t>(max(place.b, 0)) * s.M;
   const int64_t row = static_cast<int64_t>(n) * s.H + h;  // (n, h) over (N, H)
-  const int first = s.split ? static_cast<int>(blockIdx.z) : 0;
-  const int step = s.split ? s.num_splits : 1;
+  const int first = split ? static_cast<int>(blockIdx.z) : 0;
+  const int step = split ? s.num_splits : 1;
   const auto keys_of = [&](int c) { return min(kChunk, place.visible - c * kChunk); };
   // The first chunk: with early history its history rows [0, old) before the wait, the
   // step's new keys after it.
@@ -363,14 +373,14 @@ __global__ void __launch_bounds__(kThreads)
     if (active) {
       const State chunk = chunk_of_stage<CacheT, kD>(q_rows[warp], stages[i & 1], probs[warp],
                                                      keys_of(c), s.scale, lane);
-      if (s.split)
+      if (split)
         store_partial(s, workspace, row, c, chunk, lane);
       else
         total.fold(chunk);
     }
     __syncthreads();  // the stage is consumed before the copies of chunk c + 2·step
   }
-  if (!s.split) {
+  if (!split) {
     if (active) total.store(out + n * s.out_row_stride + h * kD, lane);
     return;
   }
@@ -378,6 +388,11 @@ __global__ void __launch_bounds__(kThreads)
   if (active)
     fold_partials<T, kD>(s, row, chunks, workspace, out + n * s.out_row_stride + h * kD, lane);
 }
+
+// Whether a split step's rows of at most kShortRowChunks chunks are computed by one block
+// (MICROLLM_PAGED_SHORT_ROWS=1, read at each call; off by default until measured). Such a row
+// then skips the partials' stores, the fences, the counter and the fold's loads of split mode.
+bool short_rows_alone() { return switch_on("MICROLLM_PAGED_SHORT_ROWS"); }
 
 Dims dims_of(const PagedAttentionPlan& p) {
   MICROLLM_CHECK(p.N <= INT32_MAX && p.Hkv * p.head_blocks <= 65535, "paged_attention",
@@ -399,7 +414,8 @@ Dims dims_of(const PagedAttentionPlan& p) {
               p.out_row_stride,
               static_cast<float>(p.scale),
               p.split,
-              p.early_history};
+              p.early_history,
+              short_rows_alone() ? kShortRowChunks : 0};
 }
 
 // Calls fn(std::integral_constant<int, D>{}) for the head dims the kernels are built for.
