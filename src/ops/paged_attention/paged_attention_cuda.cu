@@ -329,10 +329,11 @@ __global__ void __launch_bounds__(kThreads)
   if (!s.early_history) enter_dependent_grid();  // launched as a dependent grid
   const RowPlace place = place_row(s, query_starts, seq_lens, n);
   const int chunks = (place.visible + kChunk - 1) / kChunk;
-  // A short row of a split step may go as in a single pass: block 0 takes its chunks and folds
-  // them itself, with no partials, fences or counter (the same bits, see the file comment).
-  // Block 0 always takes part, so a row without keys (padding) still gets its zeros.
-  const bool split = s.split && chunks > s.alone_chunks;
+  // With alone_chunks a short row of a split step goes as in a single pass: block 0 takes its
+  // chunks and folds them itself, with no partials, fences or counter (the same bits, see the
+  // file comment). Block 0 always takes part, so a row without keys (padding) still gets its
+  // zeros.
+  const bool split = s.split && (s.alone_chunks == 0 || chunks > s.alone_chunks);
   if (s.split && blockIdx.z > 0 && (!split || static_cast<int>(blockIdx.z) >= chunks)) return;
   const int32_t* table_row = block_tables + static_cast<int64_t>(max(place.b, 0)) * s.M;
   const int64_t row = static_cast<int64_t>(n) * s.H + h;  // (n, h) over (N, H)
