@@ -51,7 +51,7 @@ struct Dims {
   int64_t q_row_stride, out_row_stride;
   float scale;
   bool split, early_history;
-  int alone_chunks;  // split mode: rows of at most this many chunks take no partial blocks
+  int alone_chunks;  // split mode: rows of at most this many chunks (−1: none) go alone
 };
 
 // The sequence of row n, how many keys it sees (0 for padding rows: output zeros) and the
@@ -329,11 +329,11 @@ __global__ void __launch_bounds__(kThreads)
   if (!s.early_history) enter_dependent_grid();  // launched as a dependent grid
   const RowPlace place = place_row(s, query_starts, seq_lens, n);
   const int chunks = (place.visible + kChunk - 1) / kChunk;
-  // With alone_chunks a short row of a split step goes as in a single pass: block 0 takes its
-  // chunks and folds them itself, with no partials, fences or counter (the same bits, see the
-  // file comment). Block 0 always takes part, so a row without keys (padding) still gets its
-  // zeros.
-  const bool split = s.split && (s.alone_chunks == 0 || chunks > s.alone_chunks);
+  // A row of at most alone_chunks chunks in a split step goes as in a single pass: block 0
+  // takes its chunks and folds them itself, with no partials, fences or counter (the same
+  // bits, see the file comment). Block 0 always takes part, so a row without keys (padding)
+  // still gets its zeros.
+  const bool split = s.split && chunks > s.alone_chunks;
   if (s.split && blockIdx.z > 0 && (!split || static_cast<int>(blockIdx.z) >= chunks)) return;
   const int32_t* table_row = block_tables + static_cast<int64_t>(max(place.b, 0)) * s.M;
   const int64_t row = static_cast<int64_t>(n) * s.H + h;  // (n, h) over (N, H)
@@ -416,7 +416,7 @@ Dims dims_of(const PagedAttentionPlan& p) {
               static_cast<float>(p.scale),
               p.split,
               p.early_history,
-              short_rows_alone() ? kShortRowChunks : 0};
+              short_rows_alone() ? kShortRowChunks : -1};
 }
 
 // Calls fn(std::integral_constant<int, D>{}) for the head dims the kernels are built for.
