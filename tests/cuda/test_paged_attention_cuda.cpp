@@ -224,15 +224,16 @@ TEST(CudaPagedAttention, MixedBatchGivesEachRowTheSameBitsInSplitAndSinglePassSt
   }
 }
 
-// MICROLLM_PAGED_SHORT_ROWS=1: in a split step the rows of at most two 64-key chunks are
-// computed by one block each, with no partials or counter. Decode rows of 1 to 32 chunks, a
-// first token and padding give the bits of split mode, with the switch on as with it off;
+// MICROLLM_PAGED_SHORT_ROWS=N: in a split step the rows of at most N 64-key chunks (two by
+// default) are computed by one block each, with no partials or counter. Decode rows of 1 to 32
+// chunks, a first token and padding give the bits of every row split (N = 0) at each N;
 // switching back and forth (the same workspace) checks that every call leaves its counters
 // zero.
 TEST(CudaPagedAttention, ShortRowsAloneGiveTheBitsOfSplitMode) {
   MICROLLM_REQUIRE_CUDA();
-  const Heads h{14, 2, 64};  // 4 blocks per row: 12 rows · 4 < 264, a split step
+  const Heads h{14, 2, 64};  // 9 rows · 2 KV heads: few blocks, a split step
   const std::vector<int64_t> lengths = {2, 37, 64, 65, 128, 129, 200, 2000, 1};
+  const int64_t max_len = 2000;  // the block tables hold no more
   std::vector<int64_t> written;
   Ranges decode;
   for (int64_t T : lengths) {
@@ -245,18 +246,18 @@ TEST(CudaPagedAttention, ShortRowsAloneGiveTheBitsOfSplitMode) {
     const Step gpu = to_device(cpu, kGpu);
     ops::kv_write(cpu.k, cpu.v, cpu.slot_mapping, ctx.caches.cpu_k, ctx.caches.cpu_v);
     ops::kv_write(gpu.k, gpu.v, gpu.slot_mapping, ctx.caches.gpu_k, ctx.caches.gpu_v);
-    const Tensor workspace = workspace_for(gpu, 2048, kGpu);
+    const Tensor workspace = workspace_for(gpu, max_len, kGpu);
     const auto run = [&](const char* setting) {
       microllm::testing::ScopedEnv env("MICROLLM_PAGED_SHORT_ROWS", setting);
       Tensor out = Tensor::full(gpu.q.shape(), 3.0, dtype, kGpu);  // (N, H, D)
       ops::paged_attention(gpu.q, ctx.caches.gpu_k, ctx.caches.gpu_v, gpu.query_starts,
-                           gpu.seq_lens, gpu.block_tables, NAN, 2048, out, workspace);
+                           gpu.seq_lens, gpu.block_tables, NAN, max_len, out, workspace);
       return out;
     };
-    const Tensor want = run("0");
-    EXPECT_TRUE(outputs_agree(want, attend(cpu, ctx.caches.cpu_k, ctx.caches.cpu_v, 2048)))
+    const Tensor want = run("0");  // every row split
+    EXPECT_TRUE(outputs_agree(want, attend(cpu, ctx.caches.cpu_k, ctx.caches.cpu_v, max_len)))
         << dtype;
-    for (const char* setting : {"1", "0", "1", "1", "0"})
+    for (const char* setting : {"2", "0", "1", "4", "8", "2", "0"})
       EXPECT_TRUE(same_bytes(run(setting), want))
           << dtype << " MICROLLM_PAGED_SHORT_ROWS=" << setting;
   }

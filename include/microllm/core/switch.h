@@ -2,8 +2,12 @@
 // the benchmarks record is bench/kernel_switches.h).
 #pragma once
 
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <system_error>
+
+#include "microllm/core/error.h"
 
 namespace microllm {
 
@@ -19,6 +23,20 @@ inline bool switch_on(const char* name) {
 inline bool switch_off(const char* name) {
   const char* value = std::getenv(name);
   return value != nullptr && std::strcmp(value, "0") == 0;
+}
+
+// The whole number ≥ 0 in the environment variable `name`, or `fallback` when it is unset: the
+// form of a switch that sets a size. Any other value is an error that names the variable.
+// Read at each call.
+inline int switch_count(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return fallback;
+  const char* end = value + std::strlen(value);
+  int count = 0;
+  const auto [stop, status] = std::from_chars(value, end, count);
+  MICROLLM_CHECK(status == std::errc() && stop == end && stop != value && count >= 0, "switch",
+                 "expected a whole number >= 0 in ", name, ", found '", value, "'");
+  return count;
 }
 
 }  // namespace microllm
