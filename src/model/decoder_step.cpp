@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "microllm/core/arena.h"
+#include "microllm/core/switch.h"
 #include "microllm/ops/ops.h"
 
 namespace microllm::model {
@@ -258,10 +259,11 @@ Tensor DecoderStep::forward(
     emit_layer(i, "output", x);
   }
   const Tensor logits = rows(ws.logits, B);  // (B, V)
-  if (fused && N == B) {
+  if (fused && N == B && switch_on("MICROLLM_LM_HEAD_NORM")) {
     // Decode rows only: row b is sequence b's one new token (padded sequences, whose logits
-    // are ignored, read padding rows), so the LM head reads x itself with the final norm in
-    // its prologue: the bits of the norm, the gather and the GEMV below, two kernels fewer.
+    // are ignored, read padding rows), so the LM head can read x itself with the final norm
+    // in its prologue: the bits of the norm, the gather and the GEMV below, two kernels
+    // fewer (MICROLLM_LM_HEAD_NORM=1; off until measured).
     ops::gemv_out(x, weights_.lm_head(), Tensor(), logits, norm_of(weights_.final_norm()));
     return logits;
   }

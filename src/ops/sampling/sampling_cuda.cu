@@ -3,7 +3,7 @@
 // arithmetic of sampling_math.h and every sum is an integer sum of fixed-point masses.
 //
 // Per sampled row, no sort and no global scratch (all state in ~27 KB of shared memory):
-//   pass 1        the largest x = logit / T and its id (block argmax over 16-byte loads)
+//   pass 1        the largest x = logit / T and its id (block argmax)
 //   top-k         radix select of the k-th largest key: 3 passes (digits of 11, 11, 10 bits),
 //                 integer histograms in shared memory, the crossing bin found by a block scan
 //   top-p         radix select over the top-k set by mass: the key τ of the cut token is the
@@ -18,6 +18,7 @@
 
 #include "../cuda_common.cuh"
 #include "microllm/core/counter_rng.h"
+#include "microllm/core/switch.h"
 #include "sampling_kernels.h"
 #include "sampling_math.h"
 
@@ -97,18 +98,23 @@ __device__ Best block_best(Best b, SharedState& s) {
 }
 
 // Pass 1: the best (value, lower id) pair of the row, value = the logit (greedy) or x, for
-// every thread. The row is read in 16-byte groups, kBestLoads of them a thread in flight
-// (the ids before the first 16-byte boundary and after the last group one at a time): a
-// single block reads the whole row, so its speed is the bytes it keeps in flight. The
-// order of the merges does not matter (block_best).
+// every thread. With group_loads (MICROLLM_SAMPLE_GROUP_LOADS=1; off until measured) the row
+// is read in 16-byte groups, kBestLoads of them a thread in flight (the ids before the first
+// 16-byte boundary and after the last group one at a time): a single block reads the whole
+// row, so its speed is the bytes it keeps in flight. The order of the merges does not
+// matter (block_best), so both forms give the same pair.
 template <class T>
-__device__ Best row_best(const Row<T>& row, bool greedy, SharedState& s) {
+__device__ Best row_best(const Row<T>& row, bool greedy, bool group_loads, SharedState& s) {
   constexpr int kPer = static_cast<int>(sizeof(uint4) / sizeof(T));  // ids a group
   constexpr int kBestLoads = 4;
   Best best{-INFINITY, kNoId};
   const auto merge = [&](float raw, int64_t i) {
     merge_best(best, greedy ? raw : scaled_logit(raw, row.temperature), static_cast<int>(i));
   };
+  if (!group_loads) {  // one id a thread at a time
+    for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) merge(row.raw(i), i);
+    return block_best(best, s);
+  }
   const auto address = reinterpret_cast<uintptr_t>(row.logits);
   const int64_t head = min(row.vocab, static_cast<int64_t>((16 - address % 16) % 16 / sizeof(T)));
   const int64_t groups = (row.vocab - head) / kPer;
@@ -341,6 +347,7 @@ struct ParamPointers {
   const int64_t* seed;       // (B), null for the distribution
   const void* position;      // (B) I32 or I64, null for the distribution
   bool position_i64;
+  bool group_loads;  // pass 1 in 16-byte groups (row_best)
 };
 
 template <class T>
@@ -356,7 +363,7 @@ __global__ void __launch_bounds__(kThreads)
   float* probs = out_probs ? out_probs + b * vocab : nullptr;     // (V)
   const bool greedy = row.temperature < kGreedyTemperature;
   // Pass 1: the argmax of the logits (greedy) or of x = logit / T.
-  const Best best = row_best(row, greedy, s);
+  const Best best = row_best(row, greedy, p.group_loads, s);
   const int top = best.i == kNoId ? 0 : best.i;
   if (greedy || !isfinite(best.v)) {
     write_one_hot(vocab, top, greedy ? row.raw(top) : row.x(top), out_id, scores, probs);
@@ -428,7 +435,8 @@ void sample_rows_cuda(const Tensor& logits, const SamplingTensors& params, const
                   ptr<const float>(params.min_p),
                   draw ? ptr<const int64_t>(params.seed) : nullptr,
                   draw ? params.position.raw_data() : nullptr,
-                  draw && params.position.dtype() == DType::I64};
+                  draw && params.position.dtype() == DType::I64,
+                  switch_on("MICROLLM_SAMPLE_GROUP_LOADS")};
   int32_t* ids = draw ? ptr<int32_t>(out_ids) : nullptr;
   float* scores = out_scores.defined() ? ptr<float>(out_scores) : nullptr;
   float* probs = out_probs.defined() ? ptr<float>(out_probs) : nullptr;
