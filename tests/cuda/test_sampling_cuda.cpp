@@ -18,7 +18,6 @@
 #include "microllm/ops/penalties.h"
 #include "microllm/ops/sampling.h"
 #include "ops/sampling/sampling_test_util.h"
-#include "support/scoped_env.h"
 
 using namespace microllm;
 using namespace microllm::testing::sampling;
@@ -91,15 +90,10 @@ void expect_cuda_equals_cpu(int64_t batch, int64_t vocab, bool ties, DType dtype
   const Tensor logits = test_logits(batch, vocab, seed, ties).to(dtype);
   std::vector<RowSpec> rows;
   for (int64_t b = 0; b < batch; ++b) rows.push_back(mixed_row(b, 40 * static_cast<int64_t>(seed)));
-  const Outputs cpu = run(logits, rows, kCpu);
-  // The first pass one id a thread at a time, and in 16-byte groups.
-  for (const char* group_loads : {"0", "1"}) {
-    microllm::testing::ScopedEnv env("MICROLLM_SAMPLE_GROUP_LOADS", group_loads);
-    const Outputs gpu = run(logits, rows, kGpu);
-    EXPECT_EQ(gpu.ids, cpu.ids) << "MICROLLM_SAMPLE_GROUP_LOADS=" << group_loads;
-    EXPECT_EQ(count_differences(gpu.scores, cpu.scores), 0) << group_loads;
-    EXPECT_EQ(count_differences(gpu.probs, cpu.probs), 0) << group_loads;
-  }
+  const Outputs cpu = run(logits, rows, kCpu), gpu = run(logits, rows, kGpu);
+  EXPECT_EQ(gpu.ids, cpu.ids);
+  EXPECT_EQ(count_differences(gpu.scores, cpu.scores), 0);
+  EXPECT_EQ(count_differences(gpu.probs, cpu.probs), 0);
 }
 
 }  // namespace
@@ -114,8 +108,7 @@ TEST(SamplingCuda, EqualsCpuOnARealVocabulary) {
 
 TEST(SamplingCuda, EqualsCpuOnOddVocabulariesAndTies) {
   MICROLLM_REQUIRE_CUDA();
-  // 13 rows of an odd vocabulary: rows start off 16-byte boundaries, so pass 1 reads a head
-  // and a tail one id at a time around its 16-byte groups.
+  // 13 rows of an odd vocabulary: rows start off 16-byte boundaries.
   for (int64_t vocab : {1, 2, 5, 9, 33, 1000, 4095, 4097, 50001})
     for (bool ties : {false, true})
       for (DType dtype : {DType::F32, DType::BF16})

@@ -3,7 +3,7 @@
 // arithmetic of sampling_math.h and every sum is an integer sum of fixed-point masses.
 //
 // Per sampled row, no sort and no global scratch (all state in ~27 KB of shared memory):
-//   pass 1        the largest x = logit / T and its id (block argmax)
+//   pass 1        the largest x = logit / T and its id (fixed-order block argmax)
 //   top-k         radix select of the k-th largest key: 3 passes (digits of 11, 11, 10 bits),
 //                 integer histograms in shared memory, the crossing bin found by a block scan
 //   top-p         radix select over the top-k set by mass: the key τ of the cut token is the
@@ -18,7 +18,6 @@
 
 #include "../cuda_common.cuh"
 #include "microllm/core/counter_rng.h"
-#include "microllm/core/switch.h"
 #include "sampling_kernels.h"
 #include "sampling_math.h"
 
@@ -95,50 +94,6 @@ __device__ Best block_best(Best b, SharedState& s) {
   }
   __syncthreads();
   return warp_best({s.best_v[lane], s.best_i[lane]});
-}
-
-// Pass 1: the best (value, lower id) pair of the row, value = the logit (greedy) or x, for
-// every thread. With group_loads (MICROLLM_SAMPLE_GROUP_LOADS=1; off until measured) the row
-// is read in 16-byte groups, kBestLoads of them a thread in flight (the ids before the first
-// 16-byte boundary and after the last group one at a time): a single block reads the whole
-// row, so its speed is the bytes it keeps in flight. The order of the merges does not
-// matter (block_best), so both forms give the same pair.
-template <class T>
-__device__ Best row_best(const Row<T>& row, bool greedy, bool group_loads, SharedState& s) {
-  constexpr int kPer = static_cast<int>(sizeof(uint4) / sizeof(T));  // ids a group
-  constexpr int kBestLoads = 4;
-  Best best{-INFINITY, kNoId};
-  const auto merge = [&](float raw, int64_t i) {
-    merge_best(best, greedy ? raw : scaled_logit(raw, row.temperature), static_cast<int>(i));
-  };
-  if (!group_loads) {  // one id a thread at a time
-    for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) merge(row.raw(i), i);
-    return block_best(best, s);
-  }
-  const auto address = reinterpret_cast<uintptr_t>(row.logits);
-  const int64_t head = min(row.vocab, static_cast<int64_t>((16 - address % 16) % 16 / sizeof(T)));
-  const int64_t groups = (row.vocab - head) / kPer;
-  for (int64_t i = threadIdx.x; i < head; i += kThreads) merge(row.raw(i), i);
-  const uint4* body = reinterpret_cast<const uint4*>(row.logits + head);  // (groups)
-  for (int64_t g0 = threadIdx.x; g0 < groups; g0 += kThreads * kBestLoads) {
-    uint4 loaded[kBestLoads];
-#pragma unroll
-    for (int u = 0; u < kBestLoads; ++u) {
-      const int64_t g = g0 + u * kThreads;
-      loaded[u] = g < groups ? __ldg(body + g) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < kBestLoads; ++u) {
-      const int64_t g = g0 + u * kThreads;
-      if (g >= groups) break;
-      const T* values = reinterpret_cast<const T*>(&loaded[u]);
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) merge(to_float(values[j]), head + g * kPer + j);
-    }
-  }
-  for (int64_t i = head + groups * kPer + threadIdx.x; i < row.vocab; i += kThreads)
-    merge(row.raw(i), i);
-  return block_best(best, s);
 }
 
 __device__ __forceinline__ unsigned long long warp_sum_u64(unsigned long long v) {
@@ -347,7 +302,6 @@ struct ParamPointers {
   const int64_t* seed;       // (B), null for the distribution
   const void* position;      // (B) I32 or I64, null for the distribution
   bool position_i64;
-  bool group_loads;  // pass 1 in 16-byte groups (row_best)
 };
 
 template <class T>
@@ -363,7 +317,10 @@ __global__ void __launch_bounds__(kThreads)
   float* probs = out_probs ? out_probs + b * vocab : nullptr;     // (V)
   const bool greedy = row.temperature < kGreedyTemperature;
   // Pass 1: the argmax of the logits (greedy) or of x = logit / T.
-  const Best best = row_best(row, greedy, p.group_loads, s);
+  Best best{-INFINITY, kNoId};
+  for (int64_t i = threadIdx.x; i < vocab; i += kThreads)
+    merge_best(best, greedy ? row.raw(i) : row.x(i), static_cast<int>(i));
+  best = block_best(best, s);
   const int top = best.i == kNoId ? 0 : best.i;
   if (greedy || !isfinite(best.v)) {
     write_one_hot(vocab, top, greedy ? row.raw(top) : row.x(top), out_id, scores, probs);
@@ -435,8 +392,7 @@ void sample_rows_cuda(const Tensor& logits, const SamplingTensors& params, const
                   ptr<const float>(params.min_p),
                   draw ? ptr<const int64_t>(params.seed) : nullptr,
                   draw ? params.position.raw_data() : nullptr,
-                  draw && params.position.dtype() == DType::I64,
-                  switch_on("MICROLLM_SAMPLE_GROUP_LOADS")};
+                  draw && params.position.dtype() == DType::I64};
   int32_t* ids = draw ? ptr<int32_t>(out_ids) : nullptr;
   float* scores = out_scores.defined() ? ptr<float>(out_scores) : nullptr;
   float* probs = out_probs.defined() ? ptr<float>(out_probs) : nullptr;
