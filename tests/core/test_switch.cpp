@@ -5,9 +5,9 @@
 
 #include <gtest/gtest.h>
 
-#include "../support/scoped_env.h"
-#include "expect_error.h"
+#include "core/expect_error.h"
 #include "microllm/core/switch.h"
+#include "support/scoped_env.h"
 
 namespace {
 

@@ -34,7 +34,7 @@ inline int switch_count(const char* name, int fallback) {
   const char* end = value + std::strlen(value);
   int count = 0;
   const auto [stop, status] = std::from_chars(value, end, count);
-  MICROLLM_CHECK(status == std::errc() && stop == end && stop != value && count >= 0, "switch",
+  MICROLLM_CHECK(status == std::errc() && stop == end && count >= 0, "switch",
                  "expected a whole number >= 0 in ", name, ", found '", value, "'");
   return count;
 }
