@@ -1,6 +1,6 @@
 // Device helpers shared by the CUDA kernels: element conversion, strided indexing, warp and
-// block reductions, launch sizes, cp.async copies (async_copy.cuh). Device code only; includes
-// nothing outside src/cuda/.
+// block reductions, the last of several blocks, launch sizes, cp.async copies (async_copy.cuh).
+// Device code only; includes nothing outside src/cuda/.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -107,6 +107,25 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   const int warps = blockDim.x / kWarp;
   v = lane < warps ? scratch[lane] : -INFINITY;
   return warp_max(v);
+}
+
+// ---- blocks that share one result ----------------------------------------------------------
+// Whether this block is the last of `arrivals` blocks to count on `counter` (zero before the
+// first arrives); that one combines what the others wrote, which the fences make visible to
+// it (read it past this SM's L1, with __ldcg). The last resets the counter for the next
+// launch. Called by the whole block, after its writes; the only atomic is the increment, so
+// a result combined in a fixed order keeps its bits whichever block comes last.
+__device__ __forceinline__ bool last_to_arrive(unsigned* counter, unsigned arrivals) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counter, 1u) == arrivals - 1;
+    if (last) *counter = 0;  // every block of this launch has counted: ready for the next
+  }
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
 }
 
 // ---- launch sizes ------------------------------------------------------------------------

@@ -26,6 +26,7 @@ using microllm::cuda::from_float;
 using microllm::cuda::grid_for;
 using microllm::cuda::kVec;
 using microllm::cuda::kWarp;
+using microllm::cuda::last_to_arrive;
 using microllm::cuda::launch_dependent;
 using microllm::cuda::launch_dependent_clusters;
 using microllm::cuda::make_indexer;

@@ -155,18 +155,8 @@ __device__ void store_partial(const Dims& s, float* workspace, int64_t row, int 
 // at least block 0) to count; that one folds, and after the fences every partial of the row
 // is visible to it. Called by the whole block.
 __device__ bool last_to_count(const Dims& s, unsigned* counters, int n, int chunks) {
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned parts = static_cast<unsigned>(max(1, min(s.num_splits, chunks)));
-    unsigned* counter = counters + static_cast<int64_t>(n) * gridDim.y + blockIdx.y;
-    last = atomicAdd(counter, 1u) == parts - 1;
-    if (last) *counter = 0;  // every block of this call has counted: ready for the next
-  }
-  __syncthreads();
-  if (last) __threadfence();
-  return last;
+  const unsigned parts = static_cast<unsigned>(max(1, min(s.num_splits, chunks)));
+  return last_to_arrive(counters + static_cast<int64_t>(n) * gridDim.y + blockIdx.y, parts);
 }
 
 // Split mode: folds the `chunks` partials of query row (n, h) = row in chunk order and
