@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "microllm/core/arena.h"
-#include "microllm/core/switch.h"
 #include "microllm/ops/ops.h"
 
 namespace microllm::model {
@@ -258,19 +257,11 @@ Tensor DecoderStep::forward(
     ops::add_rms_norm_out(x, mlp_out, next_norm, eps, x, h);
     emit_layer(i, "output", x);
   }
-  const Tensor logits = rows(ws.logits, B);  // (B, V)
-  if (fused && N == B && switch_on("MICROLLM_LM_HEAD_NORM")) {
-    // Decode rows only: row b is sequence b's one new token (padded sequences, whose logits
-    // are ignored, read padding rows), so the LM head can read x itself with the final norm
-    // in its prologue: the bits of the norm, the gather and the GEMV below, two kernels
-    // fewer (MICROLLM_LM_HEAD_NORM=1; off until measured).
-    ops::gemv_out(x, weights_.lm_head(), Tensor(), logits, norm_of(weights_.final_norm()));
-    return logits;
-  }
   if (fused) ops::rms_norm_out(x, weights_.final_norm(), eps, h);
   emit("final_norm", h);
   // The LM head reads only each sequence's last new token.
-  const Tensor last = rows(ws.last, B);  // (B, C)
+  const Tensor last = rows(ws.last, B);      // (B, C)
+  const Tensor logits = rows(ws.logits, B);  // (B, V)
   ops::embedding_out(h, rows(batch.last_rows, B), last);
   // The LM head's rows are the sequences' last rows: the GEMV for small steps on CUDA.
   if (small_step && ops::gemv_supported(weights_.device(), weights_.dtype(), B, c.hidden_size))

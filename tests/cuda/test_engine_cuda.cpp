@@ -28,7 +28,6 @@
 #include "microllm/infer/kv_cache.h"
 #include "microllm/model/decoder_step.h"
 #include "microllm/model/transformer.h"
-#include "support/scoped_env.h"
 
 using namespace microllm;
 using model::ModelConfig;
@@ -353,8 +352,7 @@ TEST(EngineCuda, GraphDecodeGivesTheBitsOfEagerDecode) {
 
 // A step of decode rows only runs the norms inside the GEMVs and the residual adds in their
 // epilogues; an observer gets the separate operators. Both must give the same logits, bit
-// for bit, and write the same cache; so must the LM head with the final norm in its
-// prologue (MICROLLM_LM_HEAD_NORM=1).
+// for bit, and write the same cache.
 TEST(EngineCuda, FusedDecodeStepGivesTheBitsOfTheSeparateOperators) {
   MICROLLM_REQUIRE_CUDA();
   for (model::Family family : kFamilies)
@@ -386,11 +384,6 @@ TEST(EngineCuda, FusedDecodeStepGivesTheBitsOfTheSeparateOperators) {
           news.push_back({next});
         }
         const model::StepBatch batch = cuda_step(news, starts, 3);
-        Tensor lm_head_norm;  // (B, V) with the final norm in the LM head's prologue
-        {
-          microllm::testing::ScopedEnv env("MICROLLM_LM_HEAD_NORM", "1");
-          lm_head_norm = step.forward(batch, kv.layers()).to(Device::cpu());
-        }
         const Tensor fused = step.forward(batch, kv.layers()).to(Device::cpu());
         const Tensor cache_after_fused = kv.layers()[1].k.to(Device::cpu());
         int observed_values = 0;
@@ -405,8 +398,6 @@ TEST(EngineCuda, FusedDecodeStepGivesTheBitsOfTheSeparateOperators) {
         EXPECT_GT(observed_values, 0) << where;
         ASSERT_EQ(fused.nbytes(), separate.nbytes()) << where;
         EXPECT_EQ(0, std::memcmp(fused.raw_data(), separate.raw_data(), fused.nbytes())) << where;
-        EXPECT_EQ(0, std::memcmp(lm_head_norm.raw_data(), separate.raw_data(), fused.nbytes()))
-            << where << " MICROLLM_LM_HEAD_NORM=1";
         EXPECT_EQ(0, std::memcmp(cache_after_fused.raw_data(), cache_after_separate.raw_data(),
                                  cache_after_fused.nbytes()))
             << where;

@@ -111,12 +111,9 @@ struct BackwardArgs {
   int parts;        // blocks per (b, KV head, key tile): the group's heads split in parts
   float* dk_parts;  // (parts, B·Hkv, S, D) F32 unscaled sums when parts > 1, else null
   float* dv_parts;
-  unsigned* part_counters;  // (B·Hkv, key tiles) zero, or null: with parts > 1 and counters,
-                            // the last part block of a key tile adds the parts (mma.sync
-                            // dK/dV kernel), else flash_sum_parts_kernel does
-  T* ds;                    // (B·H, ds_rows, ds_pitch): dSᵀ, written by dK/dV, read by dQ
-  int64_t ds_rows;          // S rounded up to whole 64-row tiles (128 for the wgmma kernels)
-  int64_t ds_pitch;         // T rounded up to whole 64-row tiles (128 for the wgmma kernels)
+  T* ds;             // (B·H, ds_rows, ds_pitch): dSᵀ, written by dK/dV, read by dQ
+  int64_t ds_rows;   // S rounded up to whole 64-row tiles (128 for the wgmma kernels)
+  int64_t ds_pitch;  // T rounded up to whole 64-row tiles (128 for the wgmma kernels)
 };
 
 // The wgmma backward kernels (flash_attention_wgmma_backward_cuda.cu; BF16, D 64, default

@@ -8,9 +8,7 @@
 //   dK = scale · dSᵀ·Q, dV = Pᵀ·dO    (key-tile blocks, a part of the group's heads and the
 //                                      query tiles in order; with the group split into
 //                                      parts, F32 sums per part added in part order by
-//                                      flash_sum_parts_kernel, or with
-//                                      MICROLLM_FLASH_FOLD_PARTS=1 by the key tile's last
-//                                      part block to finish: the GQA sum has one fixed order)
+//                                      flash_sum_parts_kernel: the GQA sum has one fixed order)
 //   dQ = scale · dS·K                  (query-tile blocks, key tiles in order, dS from the
 //                                      scratch)
 // The scratch holds dSᵀ, (S rounded up to 64, T rounded up to 64) per (b, h); only the tiles
@@ -24,7 +22,6 @@
 #include "../cuda_common.cuh"
 #include "attention_kernels.h"
 #include "flash_attention.cuh"
-#include "microllm/core/switch.h"
 
 namespace microllm::ops {
 namespace {
@@ -98,37 +95,6 @@ __device__ __forceinline__ void store_rows(Out* matrix, const float (&acc)[D / 8
         *reinterpret_cast<float2*>(row + nt * 8) = make_float2(lo, hi);
       else
         *reinterpret_cast<uint32_t*>(row + nt * 8) = pack_pair<Out>(lo, hi);
-    }
-  }
-}
-
-// The total over `parts` parts of a warp's 16 × D accumulator rows, added in part order as
-// flash_sum_parts_kernel adds them: part `own` from `acc` itself, the others from `first`
-// (F32 (16, D) rows of part 0; part p at p · part_stride), written by other blocks and so read
-// past this SM's L1. Rows from `rows` on (past the keys) are left alone.
-template <int D>
-__device__ __forceinline__ void add_parts(float (&acc)[D / 8][4], const float* first,
-                                          int64_t part_stride, int parts, int own, int64_t rows,
-                                          int g, int c) {
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {  // one of the thread's two rows at a time: half the registers
-    const int64_t r = g + 8 * i;
-    if (r >= rows) continue;
-    const float* row = first + r * D + 2 * c;
-    float total[D / 8][2] = {};
-    for (int p = 0; p < parts; ++p)
-#pragma unroll
-      for (int nt = 0; nt < D / 8; ++nt) {
-        const float2 v =
-            p == own ? make_float2(acc[nt][2 * i], acc[nt][2 * i + 1])
-                     : __ldcg(reinterpret_cast<const float2*>(row + p * part_stride + nt * 8));
-        total[nt][0] = p == 0 ? v.x : total[nt][0] + v.x;
-        total[nt][1] = p == 0 ? v.y : total[nt][1] + v.y;
-      }
-#pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-      acc[nt][2 * i] = total[nt][0];
-      acc[nt][2 * i + 1] = total[nt][1];
     }
   }
 }
@@ -407,25 +373,11 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BackwardArgs<T> a)
     if (step + 1 < steps) publish(next, stage ^ 1);  // the stage no warp reads now
     __syncthreads();
   }
-  if (a.parts > 1) {
-    // This part's sums; their total is scaled and rounded by flash_sum_parts_kernel, or with
-    // part_counters by the last of the key tile's part blocks to finish, here.
-    const int64_t part_rows = s.B * s.Hkv * s.S;     // rows of one part's sums
-    const int64_t r0 = part * part_rows + kv * s.S;  // this part's rows of (b, KV head)
+  if (a.parts > 1) {  // this part's sums; flash_sum_parts_kernel scales and rounds their total
+    const int64_t r0 = (part * s.B * s.Hkv + kv) * s.S;  // this part's rows of (b, KV head)
     store_rows<D>(a.dk_parts + r0 * D, dk, 1.0f, j0 + warp * 16, s.S, g, c);
     store_rows<D>(a.dv_parts + r0 * D, dv, 1.0f, j0 + warp * 16, s.S, g, c);
-    // D 64 only: at D 128 the fold's registers made the kernel spill (255 registers).
-    if (D != 64 || a.part_counters == nullptr ||
-        !last_to_arrive(a.part_counters + kv * gridDim.y + blockIdx.y,
-                        static_cast<unsigned>(a.parts)))
-      return;
-    if constexpr (D == 64) {
-      const int64_t first = kv * s.S + j0 + warp * 16;  // this warp's first row in part 0
-      add_parts<D>(dk, a.dk_parts + first * D, part_rows * D, a.parts, part, s.S - j0 - warp * 16,
-                   g, c);
-      add_parts<D>(dv, a.dv_parts + first * D, part_rows * D, a.parts, part, s.S - j0 - warp * 16,
-                   g, c);
-    }
+    return;
   }
   const int64_t r0 = kv * s.S;  // dk and dv rows of this (b, KV head) start here
   store_rows<D>(a.dk + r0 * D, dk, s.scale, j0 + warp * 16, s.S, g, c);
@@ -498,7 +450,7 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
       flash_dkdv_kernel<T, D, false><<<grid, kThreads, bytes, stream>>>(args);
     }
     CUDA_CHECK_LAUNCH("flash_dkdv_kernel");
-    if (args.parts > 1 && (wgmma || D != 64 || args.part_counters == nullptr)) {
+    if (args.parts > 1) {
       const int64_t n = s.B * s.Hkv * s.S * D;
       constexpr int kSumThreads = 256;
       flash_sum_parts_kernel<T>
@@ -557,11 +509,6 @@ void flash_attention_backward_cuda(const AttentionShape& shape, const Tensor& q,
   Tensor scratch;
   if (with_scratch)
     scratch = Tensor::empty({per_chunk * group, ds_rows, ds_pitch}, q.dtype(), q.device());
-  // The parts of a group's heads added by the dK/dV kernel's last part block instead of a
-  // kernel of their own (the same bits): MICROLLM_FLASH_FOLD_PARTS=1, off until measured.
-  // D 64 only (the kernel's registers at D 128 do not leave room for it).
-  const bool fold_parts = !wgmma && D == 64 && switch_on("MICROLLM_FLASH_FOLD_PARTS");
-  Tensor part_counters;  // (per_chunk · key tiles) I32 used as u32
   const auto run = [&](auto tag) {
     using T = decltype(tag);
     for (int64_t u0 = 0; u0 < units; u0 += per_chunk) {
@@ -575,10 +522,6 @@ void flash_attention_backward_cuda(const AttentionShape& shape, const Tensor& q,
       if (parts > 1) {
         dk_parts = Tensor::empty({parts, s.B, whole.S, D}, DType::F32, q.device());
         dv_parts = Tensor::empty({parts, s.B, whole.S, D}, DType::F32, q.device());
-        // The counters of the last part block's sum (MICROLLM_FLASH_FOLD_PARTS=1), zero
-        // between launches: each launch's last blocks reset theirs.
-        if (fold_parts && !part_counters.defined())
-          part_counters = Tensor::zeros({per_chunk * tiles_of(whole.S)}, DType::I32, q.device());
       }
       const int64_t query_rows = u0 * group * whole.T,
                     key_rows = u0 * whole.S;  // the chunk's first rows
@@ -595,9 +538,6 @@ void flash_attention_backward_cuda(const AttentionShape& shape, const Tensor& q,
                                  parts,
                                  parts > 1 ? ptr<float>(dk_parts) : nullptr,
                                  parts > 1 ? ptr<float>(dv_parts) : nullptr,
-                                 parts > 1 && fold_parts
-                                     ? reinterpret_cast<unsigned*>(ptr<int32_t>(part_counters))
-                                     : nullptr,
                                  with_scratch ? ptr<T>(scratch) : nullptr,
                                  ds_rows,
                                  ds_pitch};

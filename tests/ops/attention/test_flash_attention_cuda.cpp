@@ -7,13 +7,11 @@
 
 #include <sstream>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "cuda/cuda_test_utils.h"
 #include "microllm/core/error.h"
 #include "microllm/ops/ops.h"
-#include "support/scoped_env.h"
 
 using namespace microllm;
 using microllm::testing::bit_equal;
@@ -138,37 +136,6 @@ TEST(CudaFlashAttention, MatchesTheMaterializedKernelAtTrainingShapesAndIsReprod
     EXPECT_TRUE(bit_equal(again.dq, flash.dq)) << describe(c, DType::BF16);
     EXPECT_TRUE(bit_equal(again.dk, flash.dk)) << describe(c, DType::BF16);
     EXPECT_TRUE(bit_equal(again.dv, flash.dv)) << describe(c, DType::BF16);
-  }
-}
-
-// The GQA parts added by the dK/dV kernel's last part block (MICROLLM_FLASH_FOLD_PARTS=1)
-// give the bits of the sum kernel, whichever block comes last: groups of 7, 4, 3 and 2 heads
-// split into parts, lengths off the 64-row tiles, T < S with a full mask, F16, two chunks of
-// (b, KV head) pairs reusing the counters (B5 H4 KV2 T4096), and D 128, where the sum kernel
-// stays.
-TEST(CudaFlashAttention, FoldedPartsGiveTheSumKernelsBits) {
-  MICROLLM_REQUIRE_CUDA();
-  const std::vector<std::pair<FlashCase, DType>> cases = {
-      {{2, 14, 2, 1024, 1024, 64, true}, DType::BF16},
-      {{3, 8, 2, 200, 200, 64, true}, DType::BF16},
-      {{1, 6, 2, 37, 300, 64, false}, DType::F16},
-      {{5, 4, 2, 4096, 4096, 64, true}, DType::BF16},
-      {{1, 12, 2, 300, 300, 128, true}, DType::BF16}};
-  for (const auto& [c, dtype] : cases) {
-    const Tensor q = leaf({c.B, c.H, c.T, c.D}, 21), k = leaf({c.B, c.Hkv, c.S, c.D}, 22),
-                 v = leaf({c.B, c.Hkv, c.S, c.D}, 23), dout = leaf({c.B, c.H, c.T, c.D}, 24);
-    const auto run = [&](const char* fold) {
-      const microllm::testing::ScopedEnv env("MICROLLM_FLASH_FOLD_PARTS", fold);
-      return run_cuda(q, k, v, dout, dtype, with(ops::AttentionBackend::Flash, c.causal));
-    };
-    const Result summed = run("0"), folded = run("1"), again = run("1");
-    EXPECT_TRUE(bit_equal(folded.dq, summed.dq)) << describe(c, dtype);
-    EXPECT_TRUE(bit_equal(folded.dk, summed.dk)) << describe(c, dtype);
-    EXPECT_TRUE(bit_equal(folded.dv, summed.dv)) << describe(c, dtype);
-    EXPECT_TRUE(bit_equal(again.dk, folded.dk)) << describe(c, dtype);
-    EXPECT_TRUE(bit_equal(again.dv, folded.dv)) << describe(c, dtype);
-    // Not all zeros: the parts carry the gradient.
-    EXPECT_GT(relative_l2(folded.dk, Tensor::zeros(folded.dk.shape())), 0.0) << describe(c, dtype);
   }
 }
 
