@@ -1,5 +1,4 @@
-// Sets (or, given null, unsets) an environment variable for the lifetime of the object, then
-// restores what the
+// Sets an environment variable for the lifetime of the object, then restores what the
 // environment had (unset, or the old value): for tests of the MICROLLM_* switches, which
 // are read at each call.
 #pragma once
@@ -14,10 +13,7 @@ class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) previous_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);  // a null value: the switch unset, its default
+    setenv(name, value, 1);
   }
   ~ScopedEnv() {
     if (previous_)

@@ -29,28 +29,17 @@ namespace {
 using namespace cuda_detail;
 using namespace flash;
 
-// delta[row] = Σ_d dO[row, d]·O[row, d] in F32: kDeltaLanes<T, D> lanes a row, each the 8
-// products of one 16-byte group of both (left to right), the lanes' sums then added by a
-// butterfly over the row's lanes.
-template <class T, int D>
-constexpr int kDeltaLanes = D / kVec<T>;  // 8 at D 64, 16 at D 128: rows share a warp
-
+// delta[row] = Σ_d dO[row, d]·O[row, d] in F32, a warp per row.
 template <class T, int D>
 __global__ void flash_delta_kernel(const T* out, const T* dout, float* delta, int64_t rows) {
-  constexpr int kLanes = kDeltaLanes<T, D>;
-  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t row = thread / kLanes;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
   float sum = 0.0f;
-  if (row < rows) {  // no early return: every lane of the warp takes part in the shuffles
-    const Vec16<T> o = reinterpret_cast<const Vec16<T>*>(out)[thread];  // (rows, kLanes)
-    const Vec16<T> d = reinterpret_cast<const Vec16<T>*>(dout)[thread];
-#pragma unroll
-    for (int j = 0; j < kVec<T>; ++j) sum = fmaf(to_float(d.v[j]), to_float(o.v[j]), sum);
-  }
-#pragma unroll
-  for (int offset = kLanes / 2; offset > 0; offset /= 2)
-    sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (row < rows && thread % kLanes == 0) delta[row] = sum;
+  for (int d = lane; d < D; d += 32)
+    sum += to_float(out[row * D + d]) * to_float(dout[row * D + d]);
+  sum = warp_sum(sum);
+  if (lane == 0) delta[row] = sum;
 }
 
 // acc[nt] += rows(tile_a) · rows(tile_b)ᵀ for the warp's 16 rows of tile_a against N rows of
@@ -441,11 +430,9 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
   const FlashShape& s = args.shape;
   const int64_t rows = s.B * s.H * s.T;
   if (rows > 0) {
-    constexpr int kDeltaThreads = 256;
-    const int64_t threads = rows * kDeltaLanes<T, D>;
-    flash_delta_kernel<T, D>
-        <<<static_cast<unsigned>(ceil_div(threads, kDeltaThreads)), kDeltaThreads, 0, stream>>>(
-            out, args.dout, delta, rows);
+    constexpr int kRowsPerBlock = 8;
+    flash_delta_kernel<T, D><<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock),
+                               32 * kRowsPerBlock, 0, stream>>>(out, args.dout, delta, rows);
     CUDA_CHECK_LAUNCH("flash_delta_kernel");
   }
   if (s.B * s.Hkv * s.S > 0) {  // with T = 0 this writes zeros to dK and dV
