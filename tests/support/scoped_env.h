@@ -1,4 +1,5 @@
-// Sets an environment variable for the lifetime of the object, then restores what the
+// Sets (or, given null, unsets) an environment variable for the lifetime of the object, then
+// restores what the
 // environment had (unset, or the old value): for tests of the MICROLLM_* switches, which
 // are read at each call.
 #pragma once
@@ -13,7 +14,10 @@ class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) previous_ = old;
-    setenv(name, value, 1);
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);  // a null value: the switch unset, its default
   }
   ~ScopedEnv() {
     if (previous_)

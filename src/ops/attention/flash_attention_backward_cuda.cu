@@ -22,6 +22,7 @@
 #include "../cuda_common.cuh"
 #include "attention_kernels.h"
 #include "flash_attention.cuh"
+#include "microllm/core/switch.h"
 
 namespace microllm::ops {
 namespace {
@@ -40,6 +41,30 @@ __global__ void flash_delta_kernel(const T* out, const T* dout, float* delta, in
     sum += to_float(out[row * D + d]) * to_float(dout[row * D + d]);
   sum = warp_sum(sum);
   if (lane == 0) delta[row] = sum;
+}
+
+// The same delta from 16-byte groups (MICROLLM_FLASH_DELTA_GROUPS=1, off until measured; its
+// sums run in another order, so other bits): kDeltaLanes<T, D> lanes a row, each the 8
+// products of one 16-byte group of both, left to right, then a butterfly over the row's lanes.
+template <class T, int D>
+constexpr int kDeltaLanes = D / kVec<T>;  // 8 at D 64, 16 at D 128: rows share a warp
+
+template <class T, int D>
+__global__ void flash_delta_groups_kernel(const T* out, const T* dout, float* delta, int64_t rows) {
+  constexpr int kLanes = kDeltaLanes<T, D>;
+  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t row = thread / kLanes;
+  float sum = 0.0f;
+  if (row < rows) {  // no early return: every lane of the warp takes part in the shuffles
+    const Vec16<T> o = reinterpret_cast<const Vec16<T>*>(out)[thread];  // (rows, kLanes)
+    const Vec16<T> d = reinterpret_cast<const Vec16<T>*>(dout)[thread];
+#pragma unroll
+    for (int j = 0; j < kVec<T>; ++j) sum = fmaf(to_float(d.v[j]), to_float(o.v[j]), sum);
+  }
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset /= 2)
+    sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (row < rows && thread % kLanes == 0) delta[row] = sum;
 }
 
 // acc[nt] += rows(tile_a) · rows(tile_b)ᵀ for the warp's 16 rows of tile_a against N rows of
@@ -429,7 +454,14 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
   constexpr bool kHasWgmma = std::is_same_v<T, __nv_bfloat16> && D == 64;  // else never wgmma
   const FlashShape& s = args.shape;
   const int64_t rows = s.B * s.H * s.T;
-  if (rows > 0) {
+  if (rows > 0 && switch_on("MICROLLM_FLASH_DELTA_GROUPS")) {
+    constexpr int kDeltaThreads = 256;
+    const int64_t threads = rows * kDeltaLanes<T, D>;
+    flash_delta_groups_kernel<T, D>
+        <<<static_cast<unsigned>(ceil_div(threads, kDeltaThreads)), kDeltaThreads, 0, stream>>>(
+            out, args.dout, delta, rows);
+    CUDA_CHECK_LAUNCH("flash_delta_groups_kernel");
+  } else if (rows > 0) {
     constexpr int kRowsPerBlock = 8;
     flash_delta_kernel<T, D><<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock),
                                32 * kRowsPerBlock, 0, stream>>>(out, args.dout, delta, rows);

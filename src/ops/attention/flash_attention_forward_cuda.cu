@@ -255,7 +255,7 @@ void flash_attention_forward_cuda(const AttentionShape& shape, const Tensor& q, 
   MICROLLM_CHECK(lse.dtype() == DType::F32 && lse.numel() == s.B * s.H * s.T, "attention",
                  "flash attention saves an f32 (B, H, T) log-sum-exp, found ", lse.describe());
   if (s.B * s.H * s.T == 0) return;
-  if (flash_wgmma_enabled() && flash_wgmma_forward_applies(shape, q, q_pos, k_pos))
+  if (flash_wgmma_forward_enabled(shape.D) && flash_wgmma_forward_applies(shape, q, q_pos, k_pos))
     return flash_attention_forward_wgmma_cuda(shape, q, k, v, out, lse);
   const auto run = [&](auto tag) {
     using T = decltype(tag);
