@@ -16,6 +16,13 @@ TRACE_LIB=${TRACE_LIB:-build/cuda-release/bench/libmicrollm_kernel_trace.so}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 mkdir -p "$OUT/trace"
 TRACE_LIB=$(cd "$(dirname "$TRACE_LIB")" && pwd)/$(basename "$TRACE_LIB")
+# CUPTI ships with the CUDA toolkit, but not always on the loader's path (extras/CUPTI, or the
+# copy in PyTorch's nvidia packages): find one when the library does not resolve it.
+if ldd "$TRACE_LIB" 2>/dev/null | grep -q "libcupti.*not found"; then
+  cupti=$(find /usr/local/cuda* /usr/lib /usr/local/lib /opt -name 'libcupti.so.1[0-9]*' 2>/dev/null | head -1)
+  [ -n "$cupti" ] && export LD_LIBRARY_PATH=$(dirname "$cupti")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  echo "trace_decode: libcupti from ${cupti:-nowhere (the trace will be empty)}"
+fi
 [ $# -gt 0 ] || set -- qwen2.5-0.5b:1:8
 for spec in "$@"; do
   IFS=: read -r model batch context <<< "$spec"
@@ -25,6 +32,10 @@ for spec in "$@"; do
     --device cuda --batch "$batch" --context "$context" --new-tokens 64 --warmup 1 --reps 1 \
     --out "$OUT/trace/$name-bench.json" > "$OUT/trace/$name.log" 2>&1
   echo "trace_decode: $name rc=$? ($(tail -n 1 "$OUT/trace/$name.log"))"
-  python3 "$ROOT/tools/profile/kernel_trace_table.py" "$OUT/trace/$name.csv" \
-    > "$OUT/trace/$name.txt" && cat "$OUT/trace/$name.txt"
+  if [ -s "$OUT/trace/$name.csv" ]; then
+    python3 "$ROOT/tools/profile/kernel_trace_table.py" "$OUT/trace/$name.csv" \
+      > "$OUT/trace/$name.txt" && cat "$OUT/trace/$name.txt"
+  else
+    echo "trace_decode: no trace written for $name"
+  fi
 done

@@ -35,9 +35,15 @@ class Kernel:
 
 
 def load(path: str) -> list[Kernel]:
-    with open(path, encoding="utf-8", newline="") as f:
-        return [Kernel(int(r["start_ns"]), int(r["end_ns"]), int(r["graph"]), int(r["graph_node"]),
-                       r["grid"], r["name"]) for r in csv.DictReader(f)]
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            return [Kernel(int(r["start_ns"]), int(r["end_ns"]), int(r["graph"]),
+                           int(r["graph_node"]), r["grid"], r["name"]) for r in csv.DictReader(f)]
+    except OSError as error:
+        raise SystemExit(f"kernel_trace_table: cannot read {path}: {error.strerror}") from None
+    except (KeyError, ValueError) as error:
+        raise SystemExit(f"kernel_trace_table: {path} is not a kernel trace (expected the "
+                         f"columns of libmicrollm_kernel_trace.so): {error}") from None
 
 
 def replays(kernels: list[Kernel], graph: int) -> list[list[Kernel]]:

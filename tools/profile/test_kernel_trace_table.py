@@ -77,3 +77,12 @@ def test_load_reads_the_library_csv(tmp_path):
                     '10,20,3,5,7,132 x 1 x 1,256 x 1 x 1,48,"void f<""a"">(int)"\n')
     assert ktt.load(str(path)) == [ktt.Kernel(10, 20, 3, 5, "132 x 1 x 1", 'void f<"a">(int)')]
     assert ktt.short('void f<"a">(int)') == 'f<"a">'
+
+
+def test_load_names_a_missing_or_foreign_file(tmp_path):
+    with pytest.raises(SystemExit, match="cannot read .*missing.csv"):
+        ktt.load(str(tmp_path / "missing.csv"))
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n")
+    with pytest.raises(SystemExit, match="is not a kernel trace"):
+        ktt.load(str(other))
