@@ -1,7 +1,6 @@
 // Sets (or, given null, unsets) an environment variable for the lifetime of the object, then
-// restores what the
-// environment had (unset, or the old value): for tests of the MICROLLM_* switches, which
-// are read at each call.
+// restores what the environment had (unset, or the old value): for tests of the MICROLLM_*
+// switches, which are read at each call.
 #pragma once
 
 #include <cstdlib>

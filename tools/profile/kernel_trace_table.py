@@ -86,12 +86,13 @@ def short(name: str, width: int = 60) -> str:
 
 
 def summarize(kernels: list[Kernel], graph: int | None = None, skip: int = 1) -> str:
-    counts = collections.Counter(k.graph for k in kernels if k.graph != 0)
-    if not counts:
+    graphs = {k.graph for k in kernels if k.graph != 0}
+    if not graphs:
         raise SystemExit("kernel_trace_table: no kernel of the trace ran in a CUDA graph")
+    by_graph = {g: replays(kernels, g) for g in graphs}
     if graph is None:
-        graph = max(counts, key=lambda g: (len(replays(kernels, g)), g))
-    runs = replays(kernels, graph)[skip:]
+        graph = max(by_graph, key=lambda g: (len(by_graph[g]), g))
+    runs = by_graph.get(graph, [])[skip:]
     if not runs:
         raise SystemExit(f"kernel_trace_table: graph {graph} has no whole replay after the "
                          f"first {skip}")

@@ -454,17 +454,19 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
   constexpr bool kHasWgmma = std::is_same_v<T, __nv_bfloat16> && D == 64;  // else never wgmma
   const FlashShape& s = args.shape;
   const int64_t rows = s.B * s.H * s.T;
-  if (rows > 0 && switch_on("MICROLLM_FLASH_DELTA_GROUPS")) {
-    constexpr int kDeltaThreads = 256;
-    const int64_t threads = rows * kDeltaLanes<T, D>;
-    flash_delta_groups_kernel<T, D>
-        <<<static_cast<unsigned>(ceil_div(threads, kDeltaThreads)), kDeltaThreads, 0, stream>>>(
-            out, args.dout, delta, rows);
-    CUDA_CHECK_LAUNCH("flash_delta_groups_kernel");
-  } else if (rows > 0) {
-    constexpr int kRowsPerBlock = 8;
-    flash_delta_kernel<T, D><<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock),
-                               32 * kRowsPerBlock, 0, stream>>>(out, args.dout, delta, rows);
+  if (rows > 0) {
+    if (switch_on("MICROLLM_FLASH_DELTA_GROUPS")) {
+      constexpr int kDeltaThreads = 256;
+      const int64_t threads = rows * kDeltaLanes<T, D>;
+      flash_delta_groups_kernel<T, D>
+          <<<static_cast<unsigned>(ceil_div(threads, kDeltaThreads)), kDeltaThreads, 0, stream>>>(
+              out, args.dout, delta, rows);
+    } else {
+      constexpr int kRowsPerBlock = 8;
+      flash_delta_kernel<T, D>
+          <<<static_cast<unsigned>(ceil_div(rows, kRowsPerBlock)), 32 * kRowsPerBlock, 0, stream>>>(
+              out, args.dout, delta, rows);
+    }
     CUDA_CHECK_LAUNCH("flash_delta_kernel");
   }
   if (s.B * s.Hkv * s.S > 0) {  // with T = 0 this writes zeros to dK and dV
