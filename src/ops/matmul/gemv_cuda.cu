@@ -102,12 +102,13 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvParams<T> p) {
   // The first pass of W is loaded before the wait for the previous kernel (W is a weight,
   // which no kernel of the step writes): with programmatic launch it streams in while that
   // kernel finishes.
+  if (p.early_dependents) allow_dependent_grids();
   const int64_t first_n = static_cast<int64_t>(blockIdx.x) * rows_per_block + warp / splits;
   if (first_n < N) {
     point_at(first_n);
     load_pass(begin + lane);
   }
-  enter_dependent_grid();
+  enter_dependent_grid(p.early_dependents);
   if constexpr (kNorm)
     normalize_rows<1, kRows>(p, normed, scratch);  // kBatch 1: 80 registers at M = 1
   // x's groups: the normalized rows in shared memory, or x itself (staging x in shared memory
@@ -276,6 +277,7 @@ void gemv_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const 
       p.cluster_blocks = 1;
     }
     p.norm_threads = norm ? static_cast<int>(rms_norm_forward_threads(groups)) : 0;
+    p.early_dependents = cuda::early_dependents();
     if (epi == kRope)
       p.rope = RopeTargets<T>{ptr<const int32_t>(rope.positions),
                               ptr<const float>(rope.inv_freq),
