@@ -12,16 +12,14 @@ namespace microllm::bench {
 // (name, value) of each switch that is set, in a fixed order.
 inline std::vector<std::pair<std::string, std::string>> kernel_switches() {
   std::vector<std::pair<std::string, std::string>> set;
-  for (const char* name : {"MICROLLM_ADAMW_RUNS",          "MICROLLM_ADD_INTO_BUFFER",
-                           "MICROLLM_DECODE_FUSION",       "MICROLLM_EARLY_DEPENDENTS",
-                           "MICROLLM_FLASH_DELTA_GROUPS",  "MICROLLM_FLASH_WGMMA",
-                           "MICROLLM_FLASH_WGMMA_D128",    "MICROLLM_FUSED_LOSS",
-                           "MICROLLM_FUSED_NORM_BACKWARD", "MICROLLM_FUSED_QKV_HEADS",
-                           "MICROLLM_GEMM_MEASURE",        "MICROLLM_GEMV_CLUSTER_SPLIT",
-                           "MICROLLM_GEMV_ENGINE",         "MICROLLM_GEMV_FINE_SPLIT",
-                           "MICROLLM_GEMV_STAGE_W",        "MICROLLM_GRAD_INTO_BUFFER",
-                           "MICROLLM_JOIN_GATE_UP",        "MICROLLM_PAGED_SHORT_ROWS",
-                           "MICROLLM_PROGRAMMATIC_LAUNCH", "MICROLLM_ROPE_RUNS"})
+  for (const char* name :
+       {"MICROLLM_ADAMW_RUNS",       "MICROLLM_ADD_INTO_BUFFER",     "MICROLLM_DECODE_FUSION",
+        "MICROLLM_EARLY_DEPENDENTS", "MICROLLM_FLASH_DELTA_GROUPS",  "MICROLLM_FLASH_WGMMA",
+        "MICROLLM_FLASH_WGMMA_D128", "MICROLLM_FUSED_LOSS",          "MICROLLM_FUSED_NORM_BACKWARD",
+        "MICROLLM_FUSED_QKV_HEADS",  "MICROLLM_GEMM_MEASURE",        "MICROLLM_GEMV_CLUSTER_SPLIT",
+        "MICROLLM_GEMV_ENGINE",      "MICROLLM_GEMV_FINE_SPLIT",     "MICROLLM_GEMV_NEXT_ROWS",
+        "MICROLLM_GEMV_STAGE_W",     "MICROLLM_GRAD_INTO_BUFFER",    "MICROLLM_JOIN_GATE_UP",
+        "MICROLLM_PAGED_SHORT_ROWS", "MICROLLM_PROGRAMMATIC_LAUNCH", "MICROLLM_ROPE_RUNS"})
     if (const char* value = std::getenv(name)) set.emplace_back(name, value);
   return set;
 }
