@@ -42,6 +42,13 @@ Tensor host_randn(const Shape& shape, uint64_t seed, DType dtype) {
 
 Tensor abs_f32(const Tensor& t) { return microllm::testing::gemv::abs_values(t, DType::F32); }
 
+// gemv_out with the environment switch `name` set to `value` for the call.
+void gemv_with_switch(const char* name, const char* value, const Tensor& x, const Tensor& w,
+                      const Tensor& b, const Tensor& out, const ops::GemvFusion& fusion) {
+  const microllm::testing::ScopedEnv env(name, value);
+  ops::gemv_out(x, w, b, out, fusion);
+}
+
 struct Case {
   int64_t N, K;
   bool bias, swiglu;
@@ -119,18 +126,13 @@ TEST(CudaGemv, StagedWeightsGiveTheRegisterLoadsBits) {
     for (const Case& c : shapes) {
       const Tensor w = host_randn({c.swiglu ? 2 * c.N : c.N, c.K}, 11, dtype).to(kGpu);
       const Tensor b = c.bias ? host_randn({c.N}, 12, dtype).to(kGpu) : Tensor();
-      const ops::GemvEpilogue epi = c.swiglu ? ops::GemvEpilogue::swiglu : ops::GemvEpilogue::none;
+      ops::GemvFusion fusion;
+      fusion.epilogue = c.swiglu ? ops::GemvEpilogue::swiglu : ops::GemvEpilogue::none;
       for (int64_t M = 5; M <= ops::kGemvMaxRows; ++M) {
         const Tensor x = host_randn({M, c.K}, 10 + static_cast<uint64_t>(M), dtype).to(kGpu);
         Tensor want = Tensor::empty({M, c.N}, dtype, kGpu), got = want.clone();
-        {
-          microllm::testing::ScopedEnv off("MICROLLM_GEMV_STAGE_W", "0");
-          ops::gemv_out(x, w, b, want, epi);
-        }
-        {
-          microllm::testing::ScopedEnv on("MICROLLM_GEMV_STAGE_W", "1");
-          ops::gemv_out(x, w, b, got, epi);
-        }
+        gemv_with_switch("MICROLLM_GEMV_STAGE_W", "0", x, w, b, want, fusion);
+        gemv_with_switch("MICROLLM_GEMV_STAGE_W", "1", x, w, b, got, fusion);
         EXPECT_TRUE(same_bits(got.to(Device::cpu()), want.to(Device::cpu())))
             << dtype_name(dtype) << " N " << c.N << " K " << c.K << " M " << M;
       }
@@ -161,14 +163,8 @@ TEST(CudaGemv, NextRowGroupsLoadedEarlyGiveTheBitsOfOneAtATime) {
           const Tensor x = host_randn({M, c.K}, 30 + static_cast<uint64_t>(M), dtype).to(kGpu);
           if (fused) fusion.residual = host_randn({M, c.N}, 40, dtype).to(kGpu);
           Tensor want = Tensor::empty({M, c.N}, dtype, kGpu), got = want.clone();
-          {
-            microllm::testing::ScopedEnv off("MICROLLM_GEMV_NEXT_ROWS", "0");
-            ops::gemv_out(x, w, b, want, fusion);
-          }
-          {
-            microllm::testing::ScopedEnv on("MICROLLM_GEMV_NEXT_ROWS", "1");
-            ops::gemv_out(x, w, b, got, fusion);
-          }
+          gemv_with_switch("MICROLLM_GEMV_NEXT_ROWS", "0", x, w, b, want, fusion);
+          gemv_with_switch("MICROLLM_GEMV_NEXT_ROWS", "1", x, w, b, got, fusion);
           EXPECT_TRUE(same_bits(got.to(Device::cpu()), want.to(Device::cpu())))
               << dtype_name(dtype) << " N " << c.N << " K " << c.K << " M " << M << " fused "
               << fused;
