@@ -8,10 +8,10 @@
 //   - enter_dependent_grid() comes before anything that reads memory an earlier kernel of
 //     the stream wrote and before any store; it waits until the previous grid has completed
 //     and its stores are visible, then lets the next grid be scheduled;
-//   - code before it reads only memory that the previous kernel does not write: weights,
-//     which no kernel writes while a step runs, and (paged attention with
-//     PagedHistory::earlier_steps) the step's metadata and the KV-cache entries of earlier
-//     steps, written before the previous kernel started.
+//   - code before it reads only memory that no kernel of the step writes (with
+//     early_dependents() below, grids several kernels back may still be running): weights,
+//     and (paged attention with PagedHistory::earlier_steps) the step's metadata and the
+//     KV-cache entries of earlier steps, written before the step's first kernel started.
 // Since each grid lets its successor start only after its own wait returned, at most two
 // grids of a chain are resident at once, and the grid two back has always completed.
 // With early_dependents() (runtime.h) the decode GEMV and paged attention let their

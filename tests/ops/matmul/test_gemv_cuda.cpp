@@ -142,10 +142,11 @@ TEST(CudaGemv, StagedWeightsGiveTheRegisterLoadsBits) {
 // The CUDA-core kernel that loads a warp's next row group while it works on the current one
 // (MICROLLM_GEMV_NEXT_ROWS=1, plain products) gives the bits of one row group at a time: shapes
 // with more row groups than the GPU holds blocks (so each block walks several, an odd number
-// for some), split-K and not, with bias, and with the norm prologue and a residual.
+// for some; the last group part-filled), split-K and not, with bias, and with the norm
+// prologue and a residual where the prologue takes the rows.
 TEST(CudaGemv, NextRowGroupsLoadedEarlyGiveTheBitsOfOneAtATime) {
   MICROLLM_REQUIRE_CUDA();
-  const Case shapes[] = {{65536 + 24, 896, true, false},
+  const Case shapes[] = {{65536 + 29, 896, true, false},
                          {896, 4864, false, false},
                          {4864, 896, false, false},
                          {37, 64, true, false}};
@@ -160,6 +161,7 @@ TEST(CudaGemv, NextRowGroupsLoadedEarlyGiveTheBitsOfOneAtATime) {
           fusion.norm_eps = 1e-6;
         }
         for (int64_t M = 1; M <= 4; ++M) {
+          if (fused && !ops::gemv_norm_supported(kGpu, dtype, M, c.K)) continue;
           const Tensor x = host_randn({M, c.K}, 30 + static_cast<uint64_t>(M), dtype).to(kGpu);
           if (fused) fusion.residual = host_randn({M, c.N}, 40, dtype).to(kGpu);
           Tensor want = Tensor::empty({M, c.N}, dtype, kGpu), got = want.clone();
