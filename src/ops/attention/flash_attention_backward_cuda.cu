@@ -461,13 +461,14 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
       flash_delta_groups_kernel<T, D>
           <<<static_cast<unsigned>(ceil_div(threads, kDeltaThreads)), kDeltaThreads, 0, stream>>>(
               out, args.dout, delta, rows);
+      CUDA_CHECK_LAUNCH("flash_delta_groups_kernel");
     } else {
       constexpr int kRowsPerBlock = 8;
       flash_delta_kernel<T, D>
           <<<static_cast<unsigned>(ceil_div(rows, kRowsPerBlock)), 32 * kRowsPerBlock, 0, stream>>>(
               out, args.dout, delta, rows);
+      CUDA_CHECK_LAUNCH("flash_delta_kernel");
     }
-    CUDA_CHECK_LAUNCH("flash_delta_kernel");
   }
   if (s.B * s.Hkv * s.S > 0) {  // with T = 0 this writes zeros to dK and dV
     const size_t bytes = dkdv_shared_bytes<T, D>();

@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvParams<T> p) {
   // the copies as one group, so that each row group commits exactly one.
   auto stage_first_pass = [&](int64_t n, int stage) {
     if (n < N) {
-      const auto* w_row = reinterpret_cast<const uint4*>(p.w + n * K);
+      const auto* w_row = reinterpret_cast<const uint4*>(p.w + weight_row<T, kEpi>(p, n, 0) * K);
 #pragma unroll
       for (int u = 0; u < kLoads; ++u) {
         const int g = begin + lane + u * kWarp;
