@@ -8,19 +8,12 @@
 //   - enter_dependent_grid() comes before anything that reads memory an earlier kernel of
 //     the stream wrote and before any store; it waits until the previous grid has completed
 //     and its stores are visible, then lets the next grid be scheduled;
-//   - code before it reads only memory that no kernel of the step writes (with
-//     early_dependents() below, grids several kernels back may still be running): weights,
-//     and (paged attention with PagedHistory::earlier_steps) the step's metadata and the
-//     KV-cache entries of earlier steps, written before the step's first kernel started.
+//   - code before it reads only memory that the previous kernel does not write: weights,
+//     which no kernel writes while a step runs, and (paged attention with
+//     PagedHistory::earlier_steps) the step's metadata and the KV-cache entries of earlier
+//     steps, written before the previous kernel started.
 // Since each grid lets its successor start only after its own wait returned, at most two
 // grids of a chain are resident at once, and the grid two back has always completed.
-// With early_dependents() (runtime.h) the decode GEMV and paged attention let their
-// successor be scheduled as they start (allow_dependent_grids) and wait later
-// (wait_for_previous_grid): grids further down the chain may then be resident and run their
-// code before the wait while several grids before them are unfinished. The contract above
-// still holds for them, because it only allows reads of memory no kernel of the step writes;
-// and after a wait everything before has completed, since every grid of the chain waits for
-// its own predecessor before it completes.
 // A kernel without the attribute (programmatic_launch() off, or a plain <<<>>> launch)
 // waits for its predecessor as usual; the device instructions are then no-ops.
 #pragma once
@@ -36,23 +29,10 @@
 
 namespace microllm::cuda {
 
-// Device: lets the next grid of the stream be scheduled (once every block of this grid has
-// called it or exited).
-__device__ __forceinline__ void allow_dependent_grids() {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-
-// Device: waits until the previous grid has completed and its stores are visible.
-__device__ __forceinline__ void wait_for_previous_grid() {
+// Device: every thread of the block calls it once, at the same point.
+__device__ __forceinline__ void enter_dependent_grid() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-
-// Device: every thread of the block calls it once, at the same point: the wait, then the
-// next grid allowed. `allowed_at_start`: the kernel already called allow_dependent_grids()
-// as it started (early_dependents()), so only the wait is left.
-__device__ __forceinline__ void enter_dependent_grid(bool allowed_at_start = false) {
-  wait_for_previous_grid();
-  if (!allowed_at_start) allow_dependent_grids();
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
 // Host: kernel<<<grid, block, shared_bytes, stream>>>(args...), with the programmatic

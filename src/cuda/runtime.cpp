@@ -7,7 +7,6 @@
 #include <cstring>
 #include <mutex>
 
-#include "microllm/core/switch.h"
 #include "microllm/cuda/check.h"
 
 namespace microllm::cuda {
@@ -180,8 +179,6 @@ bool programmatic_launch() {
 }
 
 void set_programmatic_launch(bool enabled) { g_programmatic_launch = enabled ? 1 : 0; }
-
-bool early_dependents() { return programmatic_launch() && switch_on("MICROLLM_EARLY_DEPENDENTS"); }
 
 void count_synchronization() { ++g_counters.syncs; }
 void count_launch_check_synchronization() { ++g_counters.launch_check_syncs; }

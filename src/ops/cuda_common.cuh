@@ -15,7 +15,6 @@
 
 namespace microllm::ops::cuda_detail {
 
-using microllm::cuda::allow_dependent_grids;
 using microllm::cuda::allow_dynamic_shared;
 using microllm::cuda::block_max;
 using microllm::cuda::block_sum;

@@ -28,7 +28,6 @@
 #include "microllm/infer/kv_cache.h"
 #include "microllm/model/decoder_step.h"
 #include "microllm/model/transformer.h"
-#include "support/scoped_env.h"
 
 using namespace microllm;
 using model::ModelConfig;
@@ -407,9 +406,8 @@ TEST(EngineCuda, FusedDecodeStepGivesTheBitsOfTheSeparateOperators) {
 }
 
 // Programmatic dependent launch lets each decode kernel start while the one before it
-// finishes (the GEMV loads weights before it waits), and with MICROLLM_EARLY_DEPENDENTS=1
-// while several before it are unfinished; the tokens, log-probabilities and top lists must
-// be those of plain launches, in graphs and eagerly.
+// finishes (the GEMV loads weights before it waits); the tokens, log-probabilities and top
+// lists must be those of plain launches, in graphs and eagerly.
 TEST(EngineCuda, ProgrammaticLaunchGivesTheBitsOfPlainLaunch) {
   MICROLLM_REQUIRE_CUDA();
   struct Restore {
@@ -440,20 +438,11 @@ TEST(EngineCuda, ProgrammaticLaunchGivesTheBitsOfPlainLaunch) {
         for (bool graphs : {true, false}) {
           cuda::set_programmatic_launch(true);
           const Generated dependent = generate(w, prompts, params, graphs);
-          Generated early;
-          {
-            const microllm::testing::ScopedEnv early_dependents("MICROLLM_EARLY_DEPENDENTS", "1");
-            ASSERT_TRUE(cuda::early_dependents());
-            early = generate(w, prompts, params, graphs);
-          }
           cuda::set_programmatic_launch(false);
           const Generated plain = generate(w, prompts, params, graphs);
           EXPECT_EQ(dependent.ids, plain.ids) << where << " graphs " << graphs;
           EXPECT_EQ(dependent.logprobs, plain.logprobs) << where << " graphs " << graphs;
           EXPECT_EQ(dependent.top, plain.top) << where << " graphs " << graphs;
-          EXPECT_EQ(early.ids, plain.ids) << where << " graphs " << graphs << " early";
-          EXPECT_EQ(early.logprobs, plain.logprobs) << where << " graphs " << graphs << " early";
-          EXPECT_EQ(early.top, plain.top) << where << " graphs " << graphs << " early";
         }
       }
     }

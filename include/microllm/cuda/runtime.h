@@ -85,13 +85,6 @@ bool is_capturing(const Stream& stream);
 bool programmatic_launch();
 void set_programmatic_launch(bool enabled);
 
-// Whether the decode step's GEMV and paged-attention kernels let their successor be scheduled
-// as they start instead of after their wait (MICROLLM_EARLY_DEPENDENTS=1, read at each call;
-// off by default; only with programmatic_launch()). Then more than two grids of the chain can
-// be resident, so a GEMV a few kernels ahead streams its first pass of weights while the
-// latency-bound kernels before it run. The same code in the same order: the same bits.
-bool early_dependents();
-
 // Copies and host synchronizations made through microllm since start (or the last reset):
 // the backend's copies (Tensor::copy_from, to), pinned-buffer copies, checkpoint uploads,
 // Event::synchronize and synchronize(). Copies inside a captured CUDA graph count once, when

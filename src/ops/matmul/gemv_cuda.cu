@@ -32,7 +32,6 @@
 #include "../rms_norm/rms_norm_kernels.h"
 #include "gemv_fusion.cuh"
 #include "matmul_kernels.h"
-#include "microllm/core/switch.h"
 #include "microllm/ops/matmul.h"
 
 namespace microllm::ops {
@@ -66,20 +65,12 @@ __device__ __forceinline__ float dot16(const uint4& a, const uint4& b) {
   return s;
 }
 
-// Dynamic shared memory of the kNext stages: per warp two first passes of one weight row.
-constexpr size_t kNextStageBytes = static_cast<size_t>(kGemvWarps) * 2 * kLoads * kWarp * 16;
-
 // M ≤ kRows rows; kEpi: the epilogue; kNorm: the norm prologue, with M · K / kVec<T>
 // 16-byte groups of dynamic shared memory. The grid is at most what fits on the GPU at once;
 // block b serves the groups of output rows b, b + gridDim.x, ... (so the prologue runs once
-// per block, and a row's sums do not depend on the grid). kNext (plain products): the first
-// pass of a warp's next row group is copied into shared memory (cp.async, two stages a warp,
-// kNextStageBytes after the normalized rows) while it works on the current one, so that a
-// block walking several row groups keeps W in flight between them instead of waiting one
-// memory latency at the start of each; the registers of the default kernel are unchanged.
-template <class T, int kRows, int kEpi, bool kNorm, bool kNext = false>
+// per block, and a row's sums do not depend on the grid).
+template <class T, int kRows, int kEpi, bool kNorm>
 __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvParams<T> p) {
-  static_assert(!kNext || kEpi == kPlain, "the staged next passes hold one weight row");
   constexpr int kParts = kEpi == kPlain ? 1 : 2;        // weight rows per output row
   __shared__ float partial[kParts][kGemvWarps][kRows];  // each warp's sums over its K slice
   __shared__ float scratch[kNormScratch];               // the prologue's warp sums
@@ -108,35 +99,15 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvParams<T> p) {
         wv[q][u] = g < end ? __ldcs(w_rows[q] + g) : make_uint4(0, 0, 0, 0);
       }
   };
-  // kNext: this warp's two stages (2, kLoads, 32) of 16-byte groups; lane l uses its own slots
-  // alone, so its cp.async waits need no barrier.
-  uint4* stages = normed + (kNorm ? M * (K / kVec<T>) : 0) + warp * 2 * kLoads * kWarp;
-  // Copies the first pass of output row n into stage `stage` (nothing for n ≥ N) and commits
-  // the copies as one group, so that each row group commits exactly one.
-  auto stage_first_pass = [&](int64_t n, int stage) {
-    if (n < N) {
-      const auto* w_row = reinterpret_cast<const uint4*>(p.w + weight_row<T, kEpi>(p, n, 0) * K);
-#pragma unroll
-      for (int u = 0; u < kLoads; ++u) {
-        const int g = begin + lane + u * kWarp;
-        copy16_async(stages + (stage * kLoads + u) * kWarp + lane, g < end ? w_row + g : w_row,
-                     g < end);
-      }
-    }
-    commit_async();
-  };
   // The first pass of W is loaded before the wait for the previous kernel (W is a weight,
   // which no kernel of the step writes): with programmatic launch it streams in while that
   // kernel finishes.
-  if (p.early_dependents) allow_dependent_grids();
   const int64_t first_n = static_cast<int64_t>(blockIdx.x) * rows_per_block + warp / splits;
   if (first_n < N) {
     point_at(first_n);
     load_pass(begin + lane);
   }
-  if constexpr (kNext)  // the second row group's first pass, into stage 0
-    stage_first_pass(first_n + static_cast<int64_t>(gridDim.x) * rows_per_block, 0);
-  enter_dependent_grid(p.early_dependents);
+  enter_dependent_grid();
   if constexpr (kNorm)
     normalize_rows<1, kRows>(p, normed, scratch);  // kBatch 1: 80 registers at M = 1
   // x's groups: the normalized rows in shared memory, or x itself (staging x in shared memory
@@ -149,20 +120,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvParams<T> p) {
     if (n < N) {  // no early exit: the whole block meets at __syncthreads below
       if (row_group != blockIdx.x) {
         point_at(n);
-        if constexpr (kNext) {
-          // Row group i ≥ 1 of this block finds its first pass in stage (i − 1) mod 2; the
-          // next one's goes into the other stage first, then this one's group is waited for.
-          const int64_t i = (row_group - blockIdx.x) / gridDim.x;
-          stage_first_pass(n + static_cast<int64_t>(gridDim.x) * rows_per_block,
-                           static_cast<int>(i & 1));
-          wait_async<1>();
-          __syncwarp();  // orders the reads below after the wait (the compiler sees no memory use)
-          const uint4* staged = stages + static_cast<int>((i - 1) & 1) * kLoads * kWarp;
-#pragma unroll
-          for (int u = 0; u < kLoads; ++u) wv[0][u] = staged[u * kWarp + lane];
-        } else {
-          load_pass(begin + lane);
-        }
+        load_pass(begin + lane);
       }
       for (int g0 = begin + lane; g0 < end; g0 += kWarp * kLoads) {
         if (g0 != begin + lane) load_pass(g0);
@@ -244,31 +202,19 @@ void dispatch_rows(int64_t M, Fn&& fn) {
   return fn(std::integral_constant<int, 8>{});
 }
 
-// Whether plain products (one weight row an output row) take the kernel that stages a warp's
-// next row group while it works on the current one (MICROLLM_GEMV_NEXT_ROWS=1, read at each
-// call; off by default). The same sums in the same order: the same bits.
-bool gemv_next_rows() { return switch_on("MICROLLM_GEMV_NEXT_ROWS"); }
-
 template <class T>
 void launch_gemv_cuda_cores(const GemvParams<T>& p, int epi, bool norm, cudaStream_t stream) {
   const int64_t blocks = ceil_div(static_cast<int64_t>(p.N), kGemvWarps / p.splits);
-  const bool next_rows = epi == kPlain && gemv_next_rows();
-  const size_t shared = (norm ? static_cast<size_t>(p.M) * (p.K / kVec<T>)*sizeof(uint4) : 0) +
-                        (next_rows ? kNextStageBytes : 0);
+  const size_t shared = norm ? static_cast<size_t>(p.M) * (p.K / kVec<T>)*sizeof(uint4) : 0;
   dispatch_rows(p.M, [&](auto rows) {
     constexpr int kRows = decltype(rows)::value;
     auto pick = [&](auto epilogue) {
       constexpr int kE = decltype(epilogue)::value;
-      if constexpr (kE == kPlain)
-        if (next_rows)
-          return norm ? gemv_kernel<T, kRows, kE, true, true>
-                      : gemv_kernel<T, kRows, kE, false, true>;
       return norm ? gemv_kernel<T, kRows, kE, true> : gemv_kernel<T, kRows, kE, false>;
     };
     const auto kernel = epi == kSwiglu ? pick(std::integral_constant<int, kSwiglu>{})
                         : epi == kRope ? pick(std::integral_constant<int, kRope>{})
                                        : pick(std::integral_constant<int, kPlain>{});
-    if (next_rows) allow_dynamic_shared(reinterpret_cast<const void*>(kernel), shared);
     launch_dependent("gemv_kernel", kernel,
                      dim3(static_cast<unsigned>(std::min<int64_t>(
                          blocks, resident_blocks(reinterpret_cast<const void*>(kernel), shared)))),
@@ -330,7 +276,6 @@ void gemv_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const 
       p.cluster_blocks = 1;
     }
     p.norm_threads = norm ? static_cast<int>(rms_norm_forward_threads(groups)) : 0;
-    p.early_dependents = cuda::early_dependents();
     if (epi == kRope)
       p.rope = RopeTargets<T>{ptr<const int32_t>(rope.positions),
                               ptr<const float>(rope.inv_freq),

@@ -52,11 +52,10 @@ struct GemvParams {
   const T* residual;     // (M, N) or null: y = residual + product; may be y itself
   T* y;                  // (M, N); null with rope
   float eps;
-  int M, N, K, splits;    // N: output rows (pairs with swiglu and rope); splits: K slices a block
-  int cluster_blocks;     // tensor-core kernel: blocks (one cluster) a tile's K slices spread over
-  int norm_threads;       // rms_norm_forward_threads(K / kVec<T>): the block the norm would run
-  bool stage_x;           // tensor-core kernel without the norm: x staged (stage_rows)
-  bool early_dependents;  // the next grid allowed as the kernel starts (cuda::early_dependents)
+  int M, N, K, splits;  // N: output rows (pairs with swiglu and rope); splits: K slices a block
+  int cluster_blocks;   // tensor-core kernel: blocks (one cluster) a tile's K slices spread over
+  int norm_threads;     // rms_norm_forward_threads(K / kVec<T>): the block the norm would run
+  bool stage_x;         // tensor-core kernel without the norm: x staged (stage_rows)
   RopeTargets<T> rope;
 };
 

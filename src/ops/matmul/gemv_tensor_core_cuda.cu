@@ -133,7 +133,6 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
             w_rows[q] != nullptr && gi < end ? __ldcs(w_rows[q] + gi) : make_uint4(0, 0, 0, 0);
     }
   };
-  if (p.early_dependents) allow_dependent_grids();
   // The first pass of W streams in before the wait for the kernel that wrote x.
   const int64_t first_group = blockIdx.x / cluster, group_step = gridDim.x / cluster;
   const int64_t first_tile = first_group * tiles_per_block + warp / splits;
@@ -154,7 +153,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
       commit_async();
     }
   }
-  enter_dependent_grid(p.early_dependents);
+  enter_dependent_grid();
   if constexpr (kNorm)
     normalize_rows<2, kGemvMaxRows>(p, rows, scratch);  // 128 registers: 2 blocks an SM
   else if (p.stage_x && !kClustered)

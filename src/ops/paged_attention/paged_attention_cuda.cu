@@ -52,8 +52,7 @@ struct Dims {
   int64_t q_row_stride, out_row_stride;
   float scale;
   bool split, early_history;
-  bool early_dependents;  // the next grid allowed as the kernel starts (cuda::early_dependents)
-  int alone_chunks;       // split mode: rows of at most this many chunks (−1: none) go alone
+  int alone_chunks;  // split mode: rows of at most this many chunks (−1: none) go alone
 };
 
 // The sequence of row n, how many keys it sees (0 for padding rows: output zeros) and the
@@ -318,8 +317,7 @@ __global__ void __launch_bounds__(kThreads)
   // the history keys of the block's first chunk are read before the wait for the kernel that
   // wrote q and the new keys: the chain of dependent loads (query_starts, seq_lens, block
   // table, cache) overlaps that kernel's tail instead of following it.
-  if (s.early_dependents) allow_dependent_grids();
-  if (!s.early_history) enter_dependent_grid(s.early_dependents);  // a dependent grid
+  if (!s.early_history) enter_dependent_grid();  // launched as a dependent grid
   const RowPlace place = place_row(s, query_starts, seq_lens, n);
   const int chunks = (place.visible + kChunk - 1) / kChunk;
   // A row of at most alone_chunks chunks in a split step goes as in a single pass: block 0
@@ -341,7 +339,7 @@ __global__ void __launch_bounds__(kThreads)
   if (old > 0)
     load_chunk_async<CacheT, kD>(s, k_cache, v_cache, table_row, kv, first * kChunk, keys_of(first),
                                  stages[0], 0, old);
-  if (s.early_history) enter_dependent_grid(s.early_dependents);
+  if (s.early_history) enter_dependent_grid();
   if (first < chunks)
     load_chunk_async<CacheT, kD>(s, k_cache, v_cache, table_row, kv, first * kChunk, keys_of(first),
                                  stages[0], old, kChunk);
@@ -412,7 +410,6 @@ Dims dims_of(const PagedAttentionPlan& p) {
               static_cast<float>(p.scale),
               p.split,
               p.early_history,
-              cuda::early_dependents(),
               short_row_chunks()};
 }
 

@@ -139,41 +139,6 @@ TEST(CudaGemv, StagedWeightsGiveTheRegisterLoadsBits) {
     }
 }
 
-// The CUDA-core kernel that loads a warp's next row group while it works on the current one
-// (MICROLLM_GEMV_NEXT_ROWS=1, plain products) gives the bits of one row group at a time: shapes
-// with more row groups than the GPU holds blocks (so each block walks several, an odd number
-// for some; the last group part-filled), split-K and not, with bias, and with the norm
-// prologue and a residual where the prologue takes the rows.
-TEST(CudaGemv, NextRowGroupsLoadedEarlyGiveTheBitsOfOneAtATime) {
-  MICROLLM_REQUIRE_CUDA();
-  const Case shapes[] = {{65536 + 29, 896, true, false},
-                         {896, 4864, false, false},
-                         {4864, 896, false, false},
-                         {37, 64, true, false}};
-  for (DType dtype : kGemvDtypes)
-    for (const Case& c : shapes)
-      for (bool fused : {false, true}) {
-        const Tensor w = host_randn({c.N, c.K}, 21, dtype).to(kGpu);
-        const Tensor b = c.bias ? host_randn({c.N}, 22, dtype).to(kGpu) : Tensor();
-        ops::GemvFusion fusion;
-        if (fused) {
-          fusion.norm_weight = host_randn({c.K}, 23, dtype).to(kGpu);
-          fusion.norm_eps = 1e-6;
-        }
-        for (int64_t M = 1; M <= 4; ++M) {
-          if (fused && !ops::gemv_norm_supported(kGpu, dtype, M, c.K)) continue;
-          const Tensor x = host_randn({M, c.K}, 30 + static_cast<uint64_t>(M), dtype).to(kGpu);
-          if (fused) fusion.residual = host_randn({M, c.N}, 40, dtype).to(kGpu);
-          Tensor want = Tensor::empty({M, c.N}, dtype, kGpu), got = want.clone();
-          gemv_with_switch("MICROLLM_GEMV_NEXT_ROWS", "0", x, w, b, want, fusion);
-          gemv_with_switch("MICROLLM_GEMV_NEXT_ROWS", "1", x, w, b, got, fusion);
-          EXPECT_TRUE(same_bits(got.to(Device::cpu()), want.to(Device::cpu())))
-              << dtype_name(dtype) << " N " << c.N << " K " << c.K << " M " << M << " fused "
-              << fused;
-        }
-      }
-}
-
 // Within each kernel's range of rows (1–4 and 5–8; F32 1–8 on the CUDA cores); a call of
 // fewer rows with kernel_rows = 8 takes the 8-row call's kernel and gives its bits.
 TEST(CudaGemv, ARowGivesTheSameBitsAloneAndAmongTheRowsOfItsKernel) {
