@@ -46,11 +46,10 @@ void flash_attention_backward_cuda(const AttentionShape& s, const Tensor& q, con
 // The forward on Hopper's warpgroup MMA (flash_attention_wgmma_cuda.cu): the contract of
 // flash_attention_forward_cuda for bf16, D 64 or 128, 1 ≤ T ≤ S and default positions on an
 // sm_90 device (`flash_wgmma_forward_applies`). flash_attention_forward_cuda takes it where it
-// applies and `flash_wgmma_forward_enabled`: at any D when MICROLLM_FLASH_WGMMA is 1
-// (`flash_wgmma_enabled`), and then at D 64 flash_attention_backward_cuda takes the wgmma
-// dK/dV and dQ kernels too; at D 128 alone when MICROLLM_FLASH_WGMMA_D128 is 1 and
-// MICROLLM_FLASH_WGMMA is not 0 (the backward stays the mma.sync one; on an H100 the wgmma
-// forward ran 1.16× the mma.sync one at D 128, docs/optimization-log.md).
+// applies and `flash_wgmma_forward_enabled`: at D 128 unless MICROLLM_FLASH_WGMMA is 0 (on an
+// H100 1.16× the mma.sync forward, docs/optimization-log.md), at D 64 when it is 1
+// (`flash_wgmma_enabled`), and then flash_attention_backward_cuda takes the wgmma dK/dV and dQ
+// kernels too (D 64 only; at D 128 the backward is the mma.sync one either way).
 bool flash_wgmma_enabled();
 bool flash_wgmma_forward_enabled(int64_t D);
 bool flash_wgmma_forward_applies(const AttentionShape& s, const Tensor& q, const Tensor& q_pos,

@@ -22,7 +22,6 @@
 #include "../cuda_common.cuh"
 #include "attention_kernels.h"
 #include "flash_attention.cuh"
-#include "microllm/core/switch.h"
 
 namespace microllm::ops {
 namespace {
@@ -30,27 +29,14 @@ namespace {
 using namespace cuda_detail;
 using namespace flash;
 
-// delta[row] = Σ_d dO[row, d]·O[row, d] in F32, a warp per row.
-template <class T, int D>
-__global__ void flash_delta_kernel(const T* out, const T* dout, float* delta, int64_t rows) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= rows) return;
-  const int lane = threadIdx.x % 32;
-  float sum = 0.0f;
-  for (int d = lane; d < D; d += 32)
-    sum += to_float(out[row * D + d]) * to_float(dout[row * D + d]);
-  sum = warp_sum(sum);
-  if (lane == 0) delta[row] = sum;
-}
-
-// The same delta from 16-byte groups (MICROLLM_FLASH_DELTA_GROUPS=1, off until measured; its
-// sums run in another order, so other bits): kDeltaLanes<T, D> lanes a row, each the 8
-// products of one 16-byte group of both, left to right, then a butterfly over the row's lanes.
+// delta[row] = Σ_d dO[row, d]·O[row, d] in F32 from 16-byte groups: kDeltaLanes<T, D> lanes
+// a row, each the 8 products of one 16-byte group of both, left to right, then a butterfly
+// over the row's lanes.
 template <class T, int D>
 constexpr int kDeltaLanes = D / kVec<T>;  // 8 at D 64, 16 at D 128: rows share a warp
 
 template <class T, int D>
-__global__ void flash_delta_groups_kernel(const T* out, const T* dout, float* delta, int64_t rows) {
+__global__ void flash_delta_kernel(const T* out, const T* dout, float* delta, int64_t rows) {
   constexpr int kLanes = kDeltaLanes<T, D>;
   const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t row = thread / kLanes;
@@ -455,20 +441,12 @@ void launch_backward(const BackwardArgs<T>& args, const T* out, float* delta, cu
   const FlashShape& s = args.shape;
   const int64_t rows = s.B * s.H * s.T;
   if (rows > 0) {
-    if (switch_on("MICROLLM_FLASH_DELTA_GROUPS")) {
-      constexpr int kDeltaThreads = 256;
-      const int64_t threads = rows * kDeltaLanes<T, D>;
-      flash_delta_groups_kernel<T, D>
-          <<<static_cast<unsigned>(ceil_div(threads, kDeltaThreads)), kDeltaThreads, 0, stream>>>(
-              out, args.dout, delta, rows);
-      CUDA_CHECK_LAUNCH("flash_delta_groups_kernel");
-    } else {
-      constexpr int kRowsPerBlock = 8;
-      flash_delta_kernel<T, D>
-          <<<static_cast<unsigned>(ceil_div(rows, kRowsPerBlock)), 32 * kRowsPerBlock, 0, stream>>>(
-              out, args.dout, delta, rows);
-      CUDA_CHECK_LAUNCH("flash_delta_kernel");
-    }
+    constexpr int kDeltaThreads = 256;
+    const int64_t threads = rows * kDeltaLanes<T, D>;
+    flash_delta_kernel<T, D>
+        <<<static_cast<unsigned>(ceil_div(threads, kDeltaThreads)), kDeltaThreads, 0, stream>>>(
+            out, args.dout, delta, rows);
+    CUDA_CHECK_LAUNCH("flash_delta_kernel");
   }
   if (s.B * s.Hkv * s.S > 0) {  // with T = 0 this writes zeros to dK and dV
     const size_t bytes = dkdv_shared_bytes<T, D>();

@@ -312,8 +312,7 @@ bool device_has_wgmma() {
 bool flash_wgmma_enabled() { return switch_on("MICROLLM_FLASH_WGMMA"); }
 
 bool flash_wgmma_forward_enabled(int64_t D) {
-  return flash_wgmma_enabled() || (D == 128 && switch_on("MICROLLM_FLASH_WGMMA_D128") &&
-                                   !switch_off("MICROLLM_FLASH_WGMMA"));
+  return flash_wgmma_enabled() || (D == 128 && !switch_off("MICROLLM_FLASH_WGMMA"));
 }
 
 bool flash_wgmma_forward_applies(const AttentionShape& s, const Tensor& q, const Tensor& q_pos,

@@ -1,12 +1,12 @@
 // The wgmma flash kernels (Hopper only; skipped elsewhere). The forward called directly: its
 // output against the CPU reference computed in F64 from the same BF16 values, its log-sum-exp
 // against the mma.sync forward's (the statistic the backward reads), two runs bit for bit, and
-// where it applies; MICROLLM_FLASH_WGMMA_D128 (the wgmma forward at D 128 only). Through
-// ops::attention with MICROLLM_FLASH_WGMMA=1 (forward, and at D 64 the dK/dV and dQ kernels):
-// every gradient against the CPU reference at small and odd shapes, and against the mma.sync
-// kernels at training shapes, bit for bit reproducible. The whole flash suite also runs
-// through them with MICROLLM_FLASH_WGMMA=1 in the environment, and CTest reruns it with
-// MICROLLM_FLASH_WGMMA_D128=1.
+// where it applies; the default (the wgmma forward at D 128 only). Through ops::attention with
+// MICROLLM_FLASH_WGMMA=1 (forward, and at D 64 the dK/dV and dQ kernels): every gradient
+// against the CPU reference at small and odd shapes, and against the mma.sync kernels at
+// training shapes, bit for bit reproducible. The whole flash suite also runs through them with
+// MICROLLM_FLASH_WGMMA=1 in the environment, and CTest reruns it with 0 (the mma.sync forward
+// at D 128).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -76,8 +76,7 @@ microllm::testing::ScopedEnv wgmma_switch(bool on) {
 }
 
 // The wgmma forward called directly, or flash_attention_forward_cuda under `setting` of
-// MICROLLM_FLASH_WGMMA ("0": the mma.sync forward at every D, whatever
-// MICROLLM_FLASH_WGMMA_D128 says; null: unset).
+// MICROLLM_FLASH_WGMMA ("0": the mma.sync forward at every D; null: the default).
 Forward run(const WgmmaCase& c, const Tensor& q, const Tensor& k, const Tensor& v, bool wgmma,
             const char* setting = "0") {
   Forward f{Tensor::empty({c.B, c.H, c.T, c.D}, DType::BF16, Device::cuda(0)),
@@ -186,10 +185,9 @@ TEST(CudaFlashWgmma, AppliesOnlyWhereItComputesTheContract) {
   }
 }
 
-// MICROLLM_FLASH_WGMMA_D128=1 (with MICROLLM_FLASH_WGMMA unset) takes the wgmma forward at
-// D 128 and keeps the mma.sync one at D 64 (their bits); unset, the mma.sync forward at both;
-// MICROLLM_FLASH_WGMMA=1 takes the wgmma one at both.
-TEST(CudaFlashWgmma, TheD128SwitchTakesTheWgmmaForwardAtD128Only) {
+// With MICROLLM_FLASH_WGMMA unset the forward is the wgmma one at D 128 and the mma.sync one
+// at D 64 (their bits); "1" takes the wgmma one at D 64 too.
+TEST(CudaFlashWgmma, TheDefaultForwardIsWgmmaAtD128Only) {
   REQUIRE_HOPPER();
   for (const WgmmaCase& c :
        {WgmmaCase{1, 16, 8, 640, 640, 128, true}, WgmmaCase{2, 7, 1, 64, 200, 128, false},
@@ -198,17 +196,10 @@ TEST(CudaFlashWgmma, TheD128SwitchTakesTheWgmmaForwardAtD128Only) {
                  k = device_bf16({c.B, c.Hkv, c.S, c.D}, 42),
                  v = device_bf16({c.B, c.Hkv, c.S, c.D}, 43);
     const Forward wgmma = run(c, q, k, v, true), mma = run(c, q, k, v, false);
-    const Forward unset = run(c, q, k, v, false, nullptr), on = run(c, q, k, v, false, "1");
-    Forward d128;
-    {
-      const microllm::testing::ScopedEnv use("MICROLLM_FLASH_WGMMA_D128", "1");
-      d128 = run(c, q, k, v, false, nullptr);
-    }
+    const Forward by_default = run(c, q, k, v, false, nullptr), on = run(c, q, k, v, false, "1");
     const Forward& expected = c.D == 128 ? wgmma : mma;
-    EXPECT_TRUE(bit_equal(d128.out, expected.out)) << describe(c);
-    EXPECT_TRUE(bit_equal(d128.lse, expected.lse)) << describe(c);
-    EXPECT_TRUE(bit_equal(unset.out, mma.out)) << describe(c);
-    EXPECT_TRUE(bit_equal(unset.lse, mma.lse)) << describe(c);
+    EXPECT_TRUE(bit_equal(by_default.out, expected.out)) << describe(c);
+    EXPECT_TRUE(bit_equal(by_default.lse, expected.lse)) << describe(c);
     EXPECT_TRUE(bit_equal(on.out, wgmma.out)) << describe(c);
     EXPECT_TRUE(bit_equal(on.lse, wgmma.lse)) << describe(c);
   }
