@@ -49,7 +49,9 @@ struct SamplingTensors {
 };
 
 // Bytes of the U8 workspace sample / sampling_distribution need for (B, V) logits on
-// `device` (16·B·V on the CPU, for its sort; 0 on CUDA, whose state fits in shared memory).
+// `device`: 16·B·V on the CPU, for its sort; 260·B on CUDA, where a greedy row's argmax is
+// split over blocks that meet in the workspace. A CUDA workspace must be zero before its first
+// use (Tensor::zeros); every call leaves it ready for the next.
 size_t sample_workspace_bytes(int64_t batch, int64_t vocab, Device device);
 
 // out_ids (B) I32 ← one token per row drawn from the filtered distribution of

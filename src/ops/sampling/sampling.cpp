@@ -95,7 +95,8 @@ void validate_sampling_params(const SamplingValues& v) {
 size_t sample_workspace_bytes(int64_t batch, int64_t vocab, Device device) {
   MICROLLM_CHECK(batch >= 0 && vocab >= 0, "sample_workspace_bytes",
                  "batch and vocab must be >= 0, found ", batch, " and ", vocab);
-  if (device.is_cuda()) return 0;
+  // CUDA: the greedy split's best pairs and counters (sampling_kernels.h).
+  if (device.is_cuda()) return static_cast<size_t>(batch) * kGreedySplitBytesPerRow;
   // Per row: x (V) F32, order (V) I32, mass (V) U64.
   return static_cast<size_t>(batch) * static_cast<size_t>(vocab) * 16u;
 }

@@ -2,8 +2,11 @@
 // F32 math; the same bits as the CPU reference (sampling_cpu.cpp) because both run the
 // arithmetic of sampling_math.h and every sum is an integer sum of fixed-point masses.
 //
-// Per sampled row, no sort and no global scratch (all state in ~27 KB of shared memory):
-//   pass 1        the largest x = logit / T and its id (fixed-order block argmax)
+// Per sampled row, no sort (all state in ~27 KB of shared memory):
+//   pass 1        the largest x = logit / T and its id (fixed-order block argmax); for a
+//                 greedy row of `sample` the row is split over gridDim.y blocks, each writes
+//                 its slice's best pair to the workspace, and the last to arrive merges them
+//                 (the only global scratch: one pair a block and one counter a row)
 //   top-k         radix select of the k-th largest key: 3 passes (digits of 11, 11, 10 bits),
 //                 integer histograms in shared memory, the crossing bin found by a block scan
 //   top-p         radix select over the top-k set by mass: the key τ of the cut token is the
@@ -14,6 +17,8 @@
 // Each pass re-reads the row (it stays in L2) and recomputes x and exp: cheaper than a
 // (B, V) scratch for the decode batch sizes this serves. Histogram and tile sums use integer
 // shared-memory atomics, whose results do not depend on their order.
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "../cuda_common.cuh"
@@ -294,6 +299,50 @@ __device__ void write_one_hot(int64_t vocab, int id, float score, int32_t* out_i
   }
 }
 
+// The greedy split's workspace: (B, gridDim.y) best pairs, then (B) arrival counters (zero
+// before the first call; every call leaves them zero).
+struct SplitScratch {
+  float* best_v;      // (B, kMaxSplit)
+  int* best_i;        // (B, kMaxSplit)
+  unsigned* arrived;  // (B)
+};
+
+// Blocks a greedy row is split over: enough rows × blocks to fill the GPU (about 256), at
+// least kThreads ids a block, at most kMaxSplit.
+constexpr int kMaxSplit = kGreedySplitMax;
+int greedy_split(int64_t batch, int64_t vocab) {
+  const int64_t by_batch = std::max<int64_t>(1, 256 / std::max<int64_t>(batch, 1));
+  const int64_t by_vocab = std::max<int64_t>(1, (vocab + kThreads - 1) / kThreads);
+  return static_cast<int>(std::min<int64_t>({by_batch, by_vocab, kMaxSplit}));
+}
+
+// A greedy row split over gridDim.y blocks: this block's slice's best pair, then, in the last
+// block to arrive, the best of all slices' pairs. The order is total on non-NaN pairs, so the
+// result is the one-block argmax's whatever the slices and the order of arrival.
+template <class T>
+__device__ void split_argmax(const Row<T>& row, int64_t b, SplitScratch scratch, int32_t* out_id,
+                             SharedState& s) {
+  const int parts = static_cast<int>(gridDim.y), part = static_cast<int>(blockIdx.y);
+  const int64_t per = (row.vocab + parts - 1) / parts;
+  const int64_t begin = part * per, end = std::min<int64_t>(row.vocab, begin + per);
+  Best best{-INFINITY, kNoId};
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads)
+    merge_best(best, row.raw(i), static_cast<int>(i));
+  best = block_best(best, s);
+  if (threadIdx.x == 0) {
+    scratch.best_v[b * kMaxSplit + part] = best.v;
+    scratch.best_i[b * kMaxSplit + part] = best.i;
+  }
+  if (!last_to_arrive(scratch.arrived + b, static_cast<unsigned>(parts))) return;
+  if (threadIdx.x >= kWarp) return;
+  Best merged{-INFINITY, kNoId};
+  if (static_cast<int>(threadIdx.x) < parts)
+    merged = {__ldcg(scratch.best_v + b * kMaxSplit + threadIdx.x),
+              __ldcg(scratch.best_i + b * kMaxSplit + threadIdx.x)};
+  merged = warp_best(merged);
+  if (threadIdx.x == 0) *out_id = merged.i == kNoId ? 0 : merged.i;
+}
+
 struct ParamPointers {
   const float* temperature;  // (B)
   const int32_t* top_k;      // (B)
@@ -307,7 +356,7 @@ struct ParamPointers {
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     sample_rows_kernel(const T* logits, int64_t vocab, ParamPointers p, int32_t* out_ids,
-                       float* out_scores, float* out_probs) {
+                       float* out_scores, float* out_probs, SplitScratch split) {
   __shared__ SharedState s;
   enter_dependent_grid();  // launched as a dependent grid
   const int64_t b = blockIdx.x;
@@ -316,6 +365,10 @@ __global__ void __launch_bounds__(kThreads)
   float* scores = out_scores ? out_scores + b * vocab : nullptr;  // (V)
   float* probs = out_probs ? out_probs + b * vocab : nullptr;     // (V)
   const bool greedy = row.temperature < kGreedyTemperature;
+  // A split grid (gridDim.y > 1, `sample` only): greedy rows take every block of their row;
+  // other rows the first alone.
+  if (gridDim.y > 1 && greedy) return split_argmax(row, b, split, out_id, s);
+  if (blockIdx.y > 0) return;
   // Pass 1: the argmax of the logits (greedy) or of x = logit / T.
   Best best{-INFINITY, kNoId};
   for (int64_t i = threadIdx.x; i < vocab; i += kThreads)
@@ -383,9 +436,21 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void sample_rows_cuda(const Tensor& logits, const SamplingTensors& params, const Tensor& out_ids,
-                      const Tensor& out_scores, const Tensor& out_probs, const Tensor&) {
+                      const Tensor& out_scores, const Tensor& out_probs, const Tensor& workspace) {
   const int64_t batch = logits.size(0), vocab = logits.size(1);
   const bool draw = out_ids.defined();
+  // Greedy rows split over blocks where `sample` draws ids alone and the workspace holds the
+  // split's scratch (sample_workspace_bytes).
+  const int parts = draw && !out_scores.defined() && workspace.defined() ? greedy_split(batch, vocab)
+                                                                        : 1;
+  SplitScratch split{nullptr, nullptr, nullptr};
+  if (parts > 1) {
+    auto* base = static_cast<std::byte*>(workspace.raw_data());
+    const size_t pairs = static_cast<size_t>(batch) * kMaxSplit;
+    split = {reinterpret_cast<float*>(base), reinterpret_cast<int*>(base + pairs * sizeof(float)),
+             reinterpret_cast<unsigned*>(base + pairs * (sizeof(float) + sizeof(int)))};
+  }
+  const dim3 grid(static_cast<unsigned>(batch), static_cast<unsigned>(parts));
   ParamPointers p{ptr<const float>(params.temperature),
                   ptr<const int32_t>(params.top_k),
                   ptr<const float>(params.top_p),
@@ -399,12 +464,12 @@ void sample_rows_cuda(const Tensor& logits, const SamplingTensors& params, const
   const cudaStream_t stream = stream_of(logits);
   if (logits.dtype() == DType::BF16)
     launch_dependent("sample_rows_kernel", sample_rows_kernel<__nv_bfloat16>,
-                     dim3(static_cast<unsigned>(batch)), dim3(kThreads), 0, stream,
-                     ptr<const __nv_bfloat16>(logits), vocab, p, ids, scores, probs);
+                     grid, dim3(kThreads), 0, stream, ptr<const __nv_bfloat16>(logits), vocab, p,
+                     ids, scores, probs, split);
   else
     launch_dependent("sample_rows_kernel", sample_rows_kernel<float>,
-                     dim3(static_cast<unsigned>(batch)), dim3(kThreads), 0, stream,
-                     ptr<const float>(logits), vocab, p, ids, scores, probs);
+                     grid, dim3(kThreads), 0, stream, ptr<const float>(logits), vocab, p, ids,
+                     scores, probs, split);
 }
 
 }  // namespace microllm::ops

@@ -12,6 +12,12 @@
 
 namespace microllm::ops {
 
+// CUDA `sample` splits a greedy row over at most this many blocks; its workspace holds, per
+// row, that many best pairs (F32 value, I32 id) and one U32 arrival counter, which must be zero
+// before the first call (every call leaves it zero).
+inline constexpr int kGreedySplitMax = 32;
+inline constexpr size_t kGreedySplitBytesPerRow = kGreedySplitMax * 8 + 4;
+
 // One call serves sample and sampling_distribution: out_ids (when defined) gets the draws;
 // out_scores and out_probs (when defined) the filtered distribution.
 void sample_rows_cpu(const Tensor& logits, const SamplingTensors& params, const Tensor& out_ids,

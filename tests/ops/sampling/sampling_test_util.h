@@ -51,7 +51,11 @@ inline ops::SamplingTensors make_params(const std::vector<RowSpec>& rows, Device
 
 inline Tensor workspace_for(int64_t batch, int64_t vocab, Device device) {
   const size_t bytes = ops::sample_workspace_bytes(batch, vocab, device);
-  return bytes ? Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, device) : Tensor();
+  if (!bytes) return Tensor();
+  const Shape shape{static_cast<int64_t>(bytes)};
+  // A CUDA workspace starts zeroed (its counters); the CPU one is scratch.
+  return device.is_cuda() ? Tensor::zeros(shape, DType::U8, device)
+                          : Tensor::empty(shape, DType::U8, device);
 }
 
 // (B, V) F32 normal logits with standard deviation `scale`.
