@@ -441,8 +441,8 @@ void sample_rows_cuda(const Tensor& logits, const SamplingTensors& params, const
   const bool draw = out_ids.defined();
   // Greedy rows split over blocks where `sample` draws ids alone and the workspace holds the
   // split's scratch (sample_workspace_bytes).
-  const int parts = draw && !out_scores.defined() && workspace.defined() ? greedy_split(batch, vocab)
-                                                                        : 1;
+  const int parts =
+      draw && !out_scores.defined() && workspace.defined() ? greedy_split(batch, vocab) : 1;
   SplitScratch split{nullptr, nullptr, nullptr};
   if (parts > 1) {
     auto* base = static_cast<std::byte*>(workspace.raw_data());
@@ -463,13 +463,12 @@ void sample_rows_cuda(const Tensor& logits, const SamplingTensors& params, const
   float* probs = out_probs.defined() ? ptr<float>(out_probs) : nullptr;
   const cudaStream_t stream = stream_of(logits);
   if (logits.dtype() == DType::BF16)
-    launch_dependent("sample_rows_kernel", sample_rows_kernel<__nv_bfloat16>,
-                     grid, dim3(kThreads), 0, stream, ptr<const __nv_bfloat16>(logits), vocab, p,
-                     ids, scores, probs, split);
+    launch_dependent("sample_rows_kernel", sample_rows_kernel<__nv_bfloat16>, grid, dim3(kThreads),
+                     0, stream, ptr<const __nv_bfloat16>(logits), vocab, p, ids, scores, probs,
+                     split);
   else
-    launch_dependent("sample_rows_kernel", sample_rows_kernel<float>,
-                     grid, dim3(kThreads), 0, stream, ptr<const float>(logits), vocab, p, ids,
-                     scores, probs, split);
+    launch_dependent("sample_rows_kernel", sample_rows_kernel<float>, grid, dim3(kThreads), 0,
+                     stream, ptr<const float>(logits), vocab, p, ids, scores, probs, split);
 }
 
 }  // namespace microllm::ops
