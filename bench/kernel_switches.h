@@ -18,7 +18,7 @@ inline std::vector<std::pair<std::string, std::string>> kernel_switches() {
         "MICROLLM_FUSED_QKV_HEADS", "MICROLLM_GEMM_MEASURE", "MICROLLM_GEMV_CLUSTER_SPLIT",
         "MICROLLM_GEMV_ENGINE", "MICROLLM_GEMV_FINE_SPLIT", "MICROLLM_GEMV_STAGE_W",
         "MICROLLM_GRAD_INTO_BUFFER", "MICROLLM_JOIN_GATE_UP", "MICROLLM_PAGED_SHORT_ROWS",
-        "MICROLLM_PROGRAMMATIC_LAUNCH", "MICROLLM_ROPE_RUNS"})
+        "MICROLLM_PROGRAMMATIC_LAUNCH", "MICROLLM_ROPE_RUNS", "MICROLLM_SAMPLE_SPLIT"})
     if (const char* value = std::getenv(name)) set.emplace_back(name, value);
   return set;
 }

@@ -18,6 +18,7 @@
 #include "microllm/ops/penalties.h"
 #include "microllm/ops/sampling.h"
 #include "ops/sampling/sampling_test_util.h"
+#include "support/scoped_env.h"
 
 using namespace microllm;
 using namespace microllm::testing::sampling;
@@ -116,10 +117,10 @@ TEST(SamplingCuda, EqualsCpuOnOddVocabulariesAndTies) {
   expect_cuda_equals_cpu(12, 4097, true, DType::BF16, 9);
 }
 
-// Greedy rows of `sample` split over blocks: the CPU's argmax (lowest id on ties) when the
-// largest value sits in several slices, beside NaNs, in rows of −∞ or NaN alone, and next to
-// sampled rows that keep one block; a second call on the same workspace gives the same ids
-// (the split leaves its counters zero).
+// Greedy rows of `sample` split over blocks (MICROLLM_SAMPLE_SPLIT=1) and in one block: the
+// CPU's argmax (lowest id on ties) when the largest value sits in several slices, beside NaNs,
+// in rows of −∞ or NaN alone, and next to sampled rows that keep one block; a second call on
+// the same workspace gives the same ids (the split leaves its counters zero).
 TEST(SamplingCuda, GreedyRowsSplitOverBlocksGiveTheCpuArgmax) {
   MICROLLM_REQUIRE_CUDA();
   const float nan = std::nanf(""), inf = INFINITY;
@@ -157,11 +158,15 @@ TEST(SamplingCuda, GreedyRowsSplitOverBlocksGiveTheCpuArgmax) {
         const Tensor on = logits.to(kGpu);
         const ops::SamplingTensors p = make_params(rows, kGpu);
         const Tensor ws = workspace_for(batch, vocab, kGpu);
-        for (int call = 0; call < 2; ++call) {
-          Tensor ids = Tensor::empty({batch}, DType::I32, kGpu);
-          ops::sample(on, p, ids, ws);
-          EXPECT_EQ(ids.to_vector_i64(), want)
-              << "V " << vocab << " B " << batch << " " << dtype_name(dtype) << " call " << call;
+        for (const char* split : {"1", "0"}) {
+          const microllm::testing::ScopedEnv use("MICROLLM_SAMPLE_SPLIT", split);
+          for (int call = 0; call < 2; ++call) {
+            Tensor ids = Tensor::empty({batch}, DType::I32, kGpu);
+            ops::sample(on, p, ids, ws);
+            EXPECT_EQ(ids.to_vector_i64(), want)
+                << "V " << vocab << " B " << batch << " " << dtype_name(dtype) << " split " << split
+                << " call " << call;
+          }
         }
       }
 }
