@@ -5,9 +5,9 @@
 // Per sampled row, no sort (all state in ~27 KB of shared memory):
 //   pass 1        the largest x = logit / T and its id (fixed-order block argmax); with
 //                 MICROLLM_SAMPLE_SPLIT=1 (off until measured) a greedy row of `sample` is
-//                 split over gridDim.y blocks, each writes
-//                 its slice's best pair to the workspace, and the last to arrive merges them
-//                 (the only global scratch: one pair a block and one counter a row)
+//                 split over gridDim.y blocks, each writes its slice's best pair to the
+//                 workspace, and the last to arrive merges them (the only global scratch: one
+//                 pair a block and one counter a row)
 //   top-k         radix select of the k-th largest key: 3 passes (digits of 11, 11, 10 bits),
 //                 integer histograms in shared memory, the crossing bin found by a block scan
 //   top-p         radix select over the top-k set by mass: the key τ of the cut token is the
