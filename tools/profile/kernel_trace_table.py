@@ -10,7 +10,9 @@ node the table gives the median over replays of
     These add up to the replay's span, from the first kernel's start to the last one's end,
     so they say which kernels, boundaries included, the step's time is made of.
 Kernels of the same name are then summed, and the gap between replays (the host and the
-graph launch between steps) is given. The graph shown is the one replayed most (the decode
+graph launch between steps) is given. Where a run of nodes repeats (a decoder layer: the same
+kernels in the same order, again and again), the mean repetition is given by position, with
+what the nodes before and after it add. The graph shown is the one replayed most (the decode
 bucket that ran), or --graph ID.
 
     kernel_trace_table.py [--graph ID] [--skip N] TRACE.csv
@@ -85,6 +87,44 @@ def short(name: str, width: int = 60) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
+def repeated_block(names: list[str]) -> tuple[int, int, int] | None:
+    """(first node, period, repetitions) of the run of nodes that repeats back to back and
+    covers the most nodes (at least two repetitions; the shorter period on a tie), or None."""
+    best, n = None, len(names)
+    for period in range(1, n // 2 + 1):
+        for first in range(n - 2 * period + 1):
+            block = names[first:first + period]
+            repeats = 1
+            while names[first + repeats * period:first + (repeats + 1) * period] == block:
+                repeats += 1
+            if repeats >= 2 and (best is None or period * repeats > best[1] * best[2]):
+                best = (first, period, repeats)
+    return best
+
+
+def block_lines(names: list[str], duration: list[float], adds: list[float], span: float) -> list[str]:
+    """The mean repetition of the repeated block, by position, and the nodes around it."""
+    found = repeated_block(names)
+    if found is None:
+        return []
+    first, period, repeats = found
+    last = first + period * repeats  # one past the block
+    lines = ["", f"repeated block: nodes {first}-{last - 1}, {repeats} repetitions of {period} "
+                 f"kernels (means over the repetitions):",
+             f"{'pos':>4}  {'kernel':<60} {'dur us':>8} {'adds us':>8} {'share':>6}"]
+    for j in range(period):
+        dur = statistics.fmean(duration[first + r * period + j] for r in range(repeats))
+        add = statistics.fmean(adds[first + r * period + j] for r in range(repeats))
+        lines.append(f"{j:>4}  {short(names[first + j]):<60} {dur / 1e3:>8.2f} {add / 1e3:>8.2f} "
+                     f"{100 * add / span:>5.1f}%")
+    one = sum(adds[first:last]) / repeats
+    lines.append(f"{'':>4}  {'one repetition':<60} {'':>8} {one / 1e3:>8.2f} "
+                 f"{100 * one / span:>5.1f}%")
+    before, after = sum(adds[:first]), sum(adds[last:])
+    lines.append(f"nodes before the block add {before / 1e3:.2f} us, after it {after / 1e3:.2f} us")
+    return lines
+
+
 def summarize(kernels: list[Kernel], graph: int | None = None, skip: int = 1) -> str:
     graphs = {k.graph for k in kernels if k.graph != 0}
     if not graphs:
@@ -122,6 +162,7 @@ def summarize(kernels: list[Kernel], graph: int | None = None, skip: int = 1) ->
         lines.append(f"{name:<60} {count:>5} {dur / 1e3:>8.2f} {add / 1e3:>8.2f} "
                      f"{100 * add / span:>5.1f}%")
     lines.append("(medians per kernel need not add up to the median span)")
+    lines += block_lines([k.name for k in runs[0]], duration, adds, span)
     return "\n".join(lines)
 
 

@@ -86,3 +86,31 @@ def test_load_names_a_missing_or_foreign_file(tmp_path):
     other.write_text("a,b\n1,2\n")
     with pytest.raises(SystemExit, match="is not a kernel trace"):
         ktt.load(str(other))
+
+
+def test_the_repeated_block_is_the_run_that_covers_most_nodes():
+    assert ktt.repeated_block(["a", "b", "c", "b", "c", "b", "c", "d"]) == (1, 2, 3)
+    assert ktt.repeated_block(["a", "a", "a", "b"]) == (0, 1, 3)
+    # two layers of three beat three repetitions of one
+    assert ktt.repeated_block(["x", "y", "y", "x", "y", "y", "z"]) == (0, 3, 2)
+    assert ktt.repeated_block(["a", "b", "c"]) is None
+
+
+def test_the_table_gives_the_mean_repetition():
+    """Nodes: an embedding (1 us), two layers of (GEMV 2 us, attention 1 us; the second
+    layer's GEMV 4 us), a head (3 us), back to back: the layer adds (2 + 4) / 2 = 3 us and
+    1 us by position, 4 us in all; 1 us before, 3 us after, span 12 us."""
+    widths = [("embed", 1000), (GEMV, 2000), (ATTN, 1000), (GEMV, 4000), (ATTN, 1000),
+              ("head", 3000)]
+    kernels, t = [], 0
+    for node, (name, width) in enumerate(widths):
+        kernels.append(ktt.Kernel(t, t + width, 5, node, "1 x 1 x 1", name))
+        t += width
+    text = ktt.summarize(kernels, skip=0)
+    block = text.split("repeated block: ")[1].splitlines()
+    assert block[0] == "nodes 1-4, 2 repetitions of 2 kernels (means over the repetitions):"
+    assert block[2].split()[-3:] == ["3.00", "3.00", "25.0%"]
+    assert block[3].split()[-3:] == ["1.00", "1.00", "8.3%"]
+    assert block[4].split()[-2:] == ["4.00", "33.3%"]
+    assert block[5] == "nodes before the block add 1.00 us, after it 3.00 us"
+    assert "repeated block" not in ktt.summarize(trace(), skip=1)
