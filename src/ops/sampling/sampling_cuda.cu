@@ -103,6 +103,17 @@ __device__ Best block_best(Best b, SharedState& s) {
   return warp_best({s.best_v[lane], s.best_i[lane]});
 }
 
+// The best pair of ids [begin, end) of the row, strided over the block's threads, for every
+// thread: of the logits themselves for a greedy row, else of x = logit / T.
+template <class T>
+__device__ Best block_argmax(const Row<T>& row, int64_t begin, int64_t end, bool greedy,
+                             SharedState& s) {
+  Best best{-INFINITY, kNoId};
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads)
+    merge_best(best, greedy ? row.raw(i) : row.x(i), static_cast<int>(i));
+  return block_best(best, s);
+}
+
 __device__ __forceinline__ unsigned long long warp_sum_u64(unsigned long long v) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2)
     v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -301,21 +312,20 @@ __device__ void write_one_hot(int64_t vocab, int id, float score, int32_t* out_i
   }
 }
 
-// The greedy split's workspace: (B, gridDim.y) best pairs, then (B) arrival counters (zero
-// before the first call; every call leaves them zero).
+// The greedy split's workspace (sampling_kernels.h): (B, kGreedySplitMax) best pairs, then
+// (B) arrival counters (zero before the first call; every call leaves them zero).
 struct SplitScratch {
-  float* best_v;      // (B, kMaxSplit)
-  int* best_i;        // (B, kMaxSplit)
+  float* best_v;      // (B, kGreedySplitMax)
+  int32_t* best_i;    // (B, kGreedySplitMax)
   unsigned* arrived;  // (B)
 };
 
 // Blocks a greedy row is split over: enough rows × blocks to fill the GPU (about 256), at
-// least kThreads ids a block, at most kMaxSplit.
-constexpr int kMaxSplit = kGreedySplitMax;
+// least kThreads ids a block, at most kGreedySplitMax.
 int greedy_split(int64_t batch, int64_t vocab) {
   const int64_t by_batch = std::max<int64_t>(1, 256 / std::max<int64_t>(batch, 1));
   const int64_t by_vocab = std::max<int64_t>(1, (vocab + kThreads - 1) / kThreads);
-  return static_cast<int>(std::min<int64_t>({by_batch, by_vocab, kMaxSplit}));
+  return static_cast<int>(std::min<int64_t>({by_batch, by_vocab, kGreedySplitMax}));
 }
 
 // A greedy row split over gridDim.y blocks: this block's slice's best pair, then, in the last
@@ -327,20 +337,18 @@ __device__ void split_argmax(const Row<T>& row, int64_t b, SplitScratch scratch,
   const int parts = static_cast<int>(gridDim.y), part = static_cast<int>(blockIdx.y);
   const int64_t per = (row.vocab + parts - 1) / parts;
   const int64_t begin = part * per, end = std::min<int64_t>(row.vocab, begin + per);
-  Best best{-INFINITY, kNoId};
-  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads)
-    merge_best(best, row.raw(i), static_cast<int>(i));
-  best = block_best(best, s);
+  const Best best = block_argmax(row, begin, end, true, s);
+  float* best_v = scratch.best_v + b * kGreedySplitMax;    // (kGreedySplitMax)
+  int32_t* best_i = scratch.best_i + b * kGreedySplitMax;  // (kGreedySplitMax)
   if (threadIdx.x == 0) {
-    scratch.best_v[b * kMaxSplit + part] = best.v;
-    scratch.best_i[b * kMaxSplit + part] = best.i;
+    best_v[part] = best.v;
+    best_i[part] = best.i;
   }
   if (!last_to_arrive(scratch.arrived + b, static_cast<unsigned>(parts))) return;
   if (threadIdx.x >= kWarp) return;
   Best merged{-INFINITY, kNoId};
   if (static_cast<int>(threadIdx.x) < parts)
-    merged = {__ldcg(scratch.best_v + b * kMaxSplit + threadIdx.x),
-              __ldcg(scratch.best_i + b * kMaxSplit + threadIdx.x)};
+    merged = {__ldcg(best_v + threadIdx.x), __ldcg(best_i + threadIdx.x)};
   merged = warp_best(merged);
   if (threadIdx.x == 0) *out_id = merged.i == kNoId ? 0 : merged.i;
 }
@@ -355,7 +363,8 @@ struct ParamPointers {
   bool position_i64;
 };
 
-template <class T>
+// kSplit: a grid of (B, parts) blocks whose greedy rows take split_argmax.
+template <class T, bool kSplit>
 __global__ void __launch_bounds__(kThreads)
     sample_rows_kernel(const T* logits, int64_t vocab, ParamPointers p, int32_t* out_ids,
                        float* out_scores, float* out_probs, SplitScratch split) {
@@ -367,15 +376,12 @@ __global__ void __launch_bounds__(kThreads)
   float* scores = out_scores ? out_scores + b * vocab : nullptr;  // (V)
   float* probs = out_probs ? out_probs + b * vocab : nullptr;     // (V)
   const bool greedy = row.temperature < kGreedyTemperature;
-  // A split grid (gridDim.y > 1, `sample` only): greedy rows take every block of their row;
-  // other rows the first alone.
-  if (gridDim.y > 1 && greedy) return split_argmax(row, b, split, out_id, s);
-  if (blockIdx.y > 0) return;
+  if constexpr (kSplit) {  // greedy rows take every block of their row, others the first alone
+    if (greedy) return split_argmax(row, b, split, out_id, s);
+    if (blockIdx.y > 0) return;
+  }
   // Pass 1: the argmax of the logits (greedy) or of x = logit / T.
-  Best best{-INFINITY, kNoId};
-  for (int64_t i = threadIdx.x; i < vocab; i += kThreads)
-    merge_best(best, greedy ? row.raw(i) : row.x(i), static_cast<int>(i));
-  best = block_best(best, s);
+  const Best best = block_argmax(row, 0, vocab, greedy, s);
   const int top = best.i == kNoId ? 0 : best.i;
   if (greedy || !isfinite(best.v)) {
     write_one_hot(vocab, top, greedy ? row.raw(top) : row.x(top), out_id, scores, probs);
@@ -443,16 +449,16 @@ void sample_rows_cuda(const Tensor& logits, const SamplingTensors& params, const
   const bool draw = out_ids.defined();
   // Greedy rows split over blocks (MICROLLM_SAMPLE_SPLIT=1, off until measured) where `sample`
   // draws ids alone and the workspace holds the split's scratch (sample_workspace_bytes).
-  const int parts =
-      draw && !out_scores.defined() && workspace.defined() && switch_on("MICROLLM_SAMPLE_SPLIT")
-          ? greedy_split(batch, vocab)
-          : 1;
+  const int parts = draw && !out_scores.defined() && switch_on("MICROLLM_SAMPLE_SPLIT")
+                        ? greedy_split(batch, vocab)
+                        : 1;
   SplitScratch split{nullptr, nullptr, nullptr};
   if (parts > 1) {
     auto* base = static_cast<std::byte*>(workspace.raw_data());
-    const size_t pairs = static_cast<size_t>(batch) * kMaxSplit;
-    split = {reinterpret_cast<float*>(base), reinterpret_cast<int*>(base + pairs * sizeof(float)),
-             reinterpret_cast<unsigned*>(base + pairs * (sizeof(float) + sizeof(int)))};
+    const size_t pairs = static_cast<size_t>(batch) * kGreedySplitMax;
+    split = {reinterpret_cast<float*>(base),
+             reinterpret_cast<int32_t*>(base + pairs * sizeof(float)),
+             reinterpret_cast<unsigned*>(base + pairs * (sizeof(float) + sizeof(int32_t)))};
   }
   const dim3 grid(static_cast<unsigned>(batch), static_cast<unsigned>(parts));
   ParamPointers p{ptr<const float>(params.temperature),
@@ -467,12 +473,16 @@ void sample_rows_cuda(const Tensor& logits, const SamplingTensors& params, const
   float* probs = out_probs.defined() ? ptr<float>(out_probs) : nullptr;
   const cudaStream_t stream = stream_of(logits);
   if (logits.dtype() == DType::BF16)
-    launch_dependent("sample_rows_kernel", sample_rows_kernel<__nv_bfloat16>, grid, dim3(kThreads),
-                     0, stream, ptr<const __nv_bfloat16>(logits), vocab, p, ids, scores, probs,
-                     split);
+    launch_dependent("sample_rows_kernel",
+                     parts > 1 ? sample_rows_kernel<__nv_bfloat16, true>
+                               : sample_rows_kernel<__nv_bfloat16, false>,
+                     grid, dim3(kThreads), 0, stream, ptr<const __nv_bfloat16>(logits), vocab, p,
+                     ids, scores, probs, split);
   else
-    launch_dependent("sample_rows_kernel", sample_rows_kernel<float>, grid, dim3(kThreads), 0,
-                     stream, ptr<const float>(logits), vocab, p, ids, scores, probs, split);
+    launch_dependent("sample_rows_kernel",
+                     parts > 1 ? sample_rows_kernel<float, true> : sample_rows_kernel<float, false>,
+                     grid, dim3(kThreads), 0, stream, ptr<const float>(logits), vocab, p, ids,
+                     scores, probs, split);
 }
 
 }  // namespace microllm::ops

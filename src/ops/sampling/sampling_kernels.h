@@ -16,7 +16,8 @@ namespace microllm::ops {
 // row, that many best pairs (F32 value, I32 id) and one U32 arrival counter, which must be zero
 // before the first call (every call leaves it zero).
 inline constexpr int kGreedySplitMax = 32;
-inline constexpr size_t kGreedySplitBytesPerRow = kGreedySplitMax * 8 + 4;
+inline constexpr size_t kGreedySplitBytesPerRow =
+    kGreedySplitMax * (sizeof(float) + sizeof(int32_t)) + sizeof(uint32_t);
 
 // One call serves sample and sampling_distribution: out_ids (when defined) gets the draws;
 // out_scores and out_probs (when defined) the filtered distribution.
