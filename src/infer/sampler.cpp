@@ -60,11 +60,8 @@ Sampler::Sampler(Device device, int64_t max_seqs, int64_t vocab_size)
   s.vocab = vocab_size;
   s.layout = OutputLayout(max_seqs);
   s.penalized = Tensor::empty({max_seqs, vocab_size}, DType::F32, device);  // (B, V)
-  const auto scratch =
-      static_cast<int64_t>(ops::sample_workspace_bytes(max_seqs, vocab_size, device));
-  // (bytes) zeroed: on CUDA it holds the greedy split's arrival counters
-  if (scratch > 0) s.sample_scratch = Tensor::zeros({scratch}, DType::U8, device);
-  s.outputs = Tensor::empty({s.layout.total}, DType::U8, device);  // (bytes)
+  s.sample_scratch = ops::sample_workspace(max_seqs, vocab_size, device);   // (bytes)
+  s.outputs = Tensor::empty({s.layout.total}, DType::U8, device);           // (bytes)
   s.host_outputs = s.outputs;
 #if MICROLLM_WITH_CUDA
   if (device.is_cuda()) {

@@ -54,6 +54,10 @@ struct SamplingTensors {
 // use (Tensor::zeros); every call leaves it ready for the next.
 size_t sample_workspace_bytes(int64_t batch, int64_t vocab, Device device);
 
+// A workspace of sample_workspace_bytes(batch, vocab, device) bytes as the ops take it: U8,
+// zeroed on CUDA, uninitialized on the CPU; undefined when that size is 0.
+Tensor sample_workspace(int64_t batch, int64_t vocab, Device device);
+
 // out_ids (B) I32 ← one token per row drawn from the filtered distribution of
 // logits (B, V) F32 or BF16 (penalties already applied), V ≤ kMaxSamplingVocab.
 // The draw depends on the row's logits, parameters, seed and position only.

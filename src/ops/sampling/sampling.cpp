@@ -101,6 +101,13 @@ size_t sample_workspace_bytes(int64_t batch, int64_t vocab, Device device) {
   return static_cast<size_t>(batch) * static_cast<size_t>(vocab) * 16u;
 }
 
+Tensor sample_workspace(int64_t batch, int64_t vocab, Device device) {
+  const auto bytes = static_cast<int64_t>(sample_workspace_bytes(batch, vocab, device));
+  if (bytes == 0) return Tensor();
+  return device.is_cuda() ? Tensor::zeros({bytes}, DType::U8, device)
+                          : Tensor::empty({bytes}, DType::U8, device);
+}
+
 void sample(const Tensor& logits, const SamplingTensors& params, const Tensor& out_ids,
             const Tensor& workspace) {
   const char* op = "sample";

@@ -50,12 +50,7 @@ inline ops::SamplingTensors make_params(const std::vector<RowSpec>& rows, Device
 }
 
 inline Tensor workspace_for(int64_t batch, int64_t vocab, Device device) {
-  const size_t bytes = ops::sample_workspace_bytes(batch, vocab, device);
-  if (!bytes) return Tensor();
-  const Shape shape{static_cast<int64_t>(bytes)};
-  // A CUDA workspace starts zeroed (its counters); the CPU one is scratch.
-  return device.is_cuda() ? Tensor::zeros(shape, DType::U8, device)
-                          : Tensor::empty(shape, DType::U8, device);
+  return ops::sample_workspace(batch, vocab, device);
 }
 
 // (B, V) F32 normal logits with standard deviation `scale`.
