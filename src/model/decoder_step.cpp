@@ -150,6 +150,9 @@ Tensor DecoderStep::forward(
   // Every GEMV of the step takes the kernel of a B-row call, however many of its rows decode.
   ops::GemvFusion step_gemv;
   step_gemv.kernel_rows = small_step ? B : 0;
+  // The fused GEMVs' residual (x) is written two or more kernels before each of them, and the
+  // positions and slots by the step's upload.
+  step_gemv.early_inputs = true;
   auto project = [&](const Tensor& in, const Tensor& w, const Tensor& bias, const Tensor& out) {
     if (Nd > 0) ops::gemv_out(rows(in, Nd), w, bias, rows(out, Nd), step_gemv);
     if (Nd < N) ops::linear_out(rows_from(in, Nd, N - Nd), w, bias, rows_from(out, Nd, N - Nd));

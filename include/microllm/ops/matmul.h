@@ -69,6 +69,12 @@ struct GemvRopeKvWrite {
 // kernel_rows (0, or M…kGemvMaxRows): the kernel is chosen as for a call of that many rows,
 // so a caller whose calls have varying row counts (DecoderStep: the decode rows of a step
 // that also holds prefill rows) can keep one kernel, and so one order of sums, per step size.
+// early_inputs: the caller's promise that the residual and rope's positions and slot_mapping
+// were written before the kernel that precedes this call on the stream started (in a decode
+// step: by the host's upload or two or more kernels back), so that on CUDA the kernel may read
+// them, with the bias and the norm weight, before it waits for that kernel
+// (src/cuda/dependent_launch.cuh); the bits are the same either way. Taken by the CUDA-core
+// kernel (1–4 rows) when MICROLLM_GEMV_EARLY_INPUTS=1.
 struct GemvFusion {
   GemvEpilogue epilogue = GemvEpilogue::none;
   Tensor norm_weight;
@@ -76,6 +82,7 @@ struct GemvFusion {
   Tensor residual;
   GemvRopeKvWrite rope;  // GemvEpilogue::rope_kv_write only
   int64_t kernel_rows = 0;
+  bool early_inputs = false;
 };
 void gemv_out(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
               const GemvFusion& fusion);

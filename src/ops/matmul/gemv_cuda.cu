@@ -69,8 +69,18 @@ __device__ __forceinline__ float dot16(const uint4& a, const uint4& b) {
 // 16-byte groups of dynamic shared memory. The grid is at most what fits on the GPU at once;
 // block b serves the groups of output rows b, b + gridDim.x, ... (so the prologue runs once
 // per block, and a row's sums do not depend on the grid).
+// Blocks an SM each instance is built for (registers of 256 threads: 5 → 48, 4 → 64, 3 → 80,
+// 2 → 128), the counts ptxas gives the kernel without the early inputs: the plain product at
+// one row streams the LM head at 5 blocks an SM.
+template <int kRows, int kEpi, bool kNorm>
+constexpr int gemv_min_blocks() {
+  if (kEpi == kPlain) return kRows == 1 && !kNorm ? 5 : 4;
+  return kRows <= 2 ? 3 : 2;
+}
+
 template <class T, int kRows, int kEpi, bool kNorm>
-__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvParams<T> p) {
+__global__ void __launch_bounds__(kGemvThreads, gemv_min_blocks<kRows, kEpi, kNorm>())
+    gemv_kernel(GemvParams<T> p) {
   constexpr int kParts = kEpi == kPlain ? 1 : 2;        // weight rows per output row
   __shared__ float partial[kParts][kGemvWarps][kRows];  // each warp's sums over its K slice
   __shared__ float scratch[kNormScratch];               // the prologue's warp sums
@@ -107,9 +117,24 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvParams<T> p) {
     point_at(first_n);
     load_pass(begin + lane);
   }
+  // With p.early_inputs the first row group's epilogue inputs (for the thread that will
+  // finish each of its rows) and the norm weight are loaded before the wait too.
+  const int t = threadIdx.x;
+  EpilogueInputs<kEpi> first_inputs;
+  if (p.early_inputs) {
+    if (splits == 1) {
+      if (first_n < N && lane < M) first_inputs = load_epilogue_inputs<T, kEpi>(p, first_n, lane);
+    } else {
+      const int64_t n = static_cast<int64_t>(blockIdx.x) * rows_per_block + t / kRows;
+      if (t < rows_per_block * kRows && t % kRows < M && n < N)
+        first_inputs = load_epilogue_inputs<T, kEpi>(p, n, t % kRows);
+    }
+  }
+  Vec16<T> norm_weights[1];
+  if (kNorm && p.early_inputs) load_norm_weights(p, 0, norm_weights);
   enter_dependent_grid();
-  if constexpr (kNorm)
-    normalize_rows<1, kRows>(p, normed, scratch);  // kBatch 1: 80 registers at M = 1
+  if constexpr (kNorm)  // kBatch 1: 80 registers at M = 1
+    normalize_rows<1, kRows>(p, normed, scratch, norm_weights, p.early_inputs);
   // x's groups: the normalized rows in shared memory, or x itself (staging x in shared memory
   // as the tensor-core kernel does measured slower here: docs/optimization-log.md).
   const uint4* x_groups = kNorm ? normed : reinterpret_cast<const uint4*>(p.x);  // (M, K/V)
@@ -156,7 +181,10 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvParams<T> p) {
           for (int m = 1; m < kRows; ++m)
             if (m == lane) sum[q] = total[q][m];
         }
-        finish_row<T, kEpi>(p, n, lane, sum);
+        finish_row<T, kEpi>(p, n, lane, sum,
+                            p.early_inputs && row_group == blockIdx.x
+                                ? first_inputs
+                                : load_epilogue_inputs<T, kEpi>(p, n, lane));
       }
       continue;
     }
@@ -169,7 +197,6 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvParams<T> p) {
       }
     __syncthreads();
     // One thread per (row of the block, row of x) adds the slices in order; the epilogue.
-    const int t = threadIdx.x;
     const int r = t / kRows, m = t % kRows;
     const int64_t out_row = first_row + r;
     if (t < rows_per_block * kRows && m < M && out_row < N) {
@@ -179,7 +206,10 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvParams<T> p) {
         sum[q] = partial[q][r * splits][m];
         for (int s = 1; s < splits; ++s) sum[q] += partial[q][r * splits + s][m];
       }
-      finish_row<T, kEpi>(p, out_row, m, sum);
+      finish_row<T, kEpi>(p, out_row, m, sum,
+                          p.early_inputs && row_group == blockIdx.x
+                              ? first_inputs
+                              : load_epilogue_inputs<T, kEpi>(p, out_row, m));
     }
     __syncthreads();  // partial is rewritten by the next row group
   }
@@ -232,6 +262,13 @@ bool gemv_tensor_cores_enabled() {
   return enabled;
 }
 
+// Whether calls that allow it (GemvFusion::early_inputs) load their epilogue inputs and norm
+// weight before the wait: MICROLLM_GEMV_EARLY_INPUTS=1 (read at each call, so tests can set it).
+bool early_inputs_enabled() {
+  const char* env = std::getenv("MICROLLM_GEMV_EARLY_INPUTS");
+  return env != nullptr && std::strcmp(env, "1") == 0;
+}
+
 }  // namespace
 
 void gemv_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
@@ -276,6 +313,7 @@ void gemv_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const 
       p.cluster_blocks = 1;
     }
     p.norm_threads = norm ? static_cast<int>(rms_norm_forward_threads(groups)) : 0;
+    p.early_inputs = fusion.early_inputs && early_inputs_enabled();
     if (epi == kRope)
       p.rope = RopeTargets<T>{ptr<const int32_t>(rope.positions),
                               ptr<const float>(rope.inv_freq),

@@ -56,6 +56,8 @@ struct GemvParams {
   int cluster_blocks;   // tensor-core kernel: blocks (one cluster) a tile's K slices spread over
   int norm_threads;     // rms_norm_forward_threads(K / kVec<T>): the block the norm would run
   bool stage_x;         // tensor-core kernel without the norm: x staged (stage_rows)
+  bool early_inputs;    // CUDA-core kernel: the first row group's epilogue inputs and the
+                        // norm weight loaded before the wait (GemvFusion::early_inputs)
   RopeTargets<T> rope;
 };
 
@@ -81,14 +83,16 @@ __device__ __forceinline__ void store_cache(void* row, bool bf16, int64_t i, flo
 
 // The rope_kv_write epilogue of pair `pair` (head h = pair / (D/2), i = pair % (D/2)) for
 // row m: a, b are the product's elements h·D + i and h·D + i + D/2 rounded to T. Written as
-// rope_kv_write_kernel writes them (the same rope_rotate, the same roundings).
+// rope_kv_write_kernel writes them (the same rope_rotate, the same roundings);
+// position, slot and inv_freq: row m's position and cache slot and the pair's frequency
+// (EpilogueInputs).
 template <class T>
-__device__ void rope_epilogue(const RopeTargets<T>& r, int m, int64_t pair, T a, T b) {
+__device__ void rope_epilogue(const RopeTargets<T>& r, int m, int64_t pair, T a, T b,
+                              int32_t position, int64_t slot, float inv_freq) {
   const int half = r.D / 2;
   const int h = static_cast<int>(pair / half), i = static_cast<int>(pair % half);
-  const int64_t slot = r.slots[m];
   if (h < r.H + r.Hkv) {
-    const float angle = static_cast<float>(r.positions[m]) * r.inv_freq[i];
+    const float angle = static_cast<float>(position) * inv_freq;
     float y1, y2;
     rope_rotate(to_float(a), to_float(b), angle, false, y1, y2);
     const T r1 = from_float<T>(y1), r2 = from_float<T>(y2);
@@ -127,17 +131,31 @@ static_assert(kGemvMaxRows <= kGemvWarps, "the prologue gives each row of x one 
 // with one more warp_sum over lanes, as block_sum does (with one row, every warp does, as
 // block_sum gives every thread the sum); so the rows get the norm's bits. Every step issues
 // kBatch loads a thread before it uses the first (kBatch: registers against latencies), so
-// the rows take one memory latency each step, not one per row.
+// the rows take one memory latency each step, not one per row. With `preloaded`, first_weights
+// holds the norm weight's groups of the second step's first pass (load_norm_weights, called
+// before the wait).
+template <int kBatch, class T>
+__device__ __forceinline__ void load_norm_weights(const GemvParams<T>& p, int e0,
+                                                  Vec16<T> (&w)[kBatch]) {
+  const int groups = p.K / kVec<T>, elements = p.M * groups;
+  const auto* weight = reinterpret_cast<const Vec16<T>*>(p.norm_weight);  // (groups)
+#pragma unroll
+  for (int b = 0; b < kBatch; ++b) {
+    const int e = e0 + b * kGemvThreads + static_cast<int>(threadIdx.x);
+    w[b] = e < elements ? weight[e < groups ? e : e % groups] : Vec16<T>{};
+  }
+}
+
 template <int kBatch, int kRows, class T>
-__device__ void normalize_rows(const GemvParams<T>& p, uint4* normed, float* scratch) {
+__device__ void normalize_rows(const GemvParams<T>& p, uint4* normed, float* scratch,
+                               const Vec16<T> (&first_weights)[kBatch], bool preloaded) {
   constexpr int W = kVec<T>;
   constexpr bool kOneRow = kRows == 1;
   const int groups = p.K / W, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int played_warps = p.norm_threads / kWarp;
-  const auto* x = reinterpret_cast<const Vec16<T>*>(p.x);                 // (M, groups)
-  const auto* weight = reinterpret_cast<const Vec16<T>*>(p.norm_weight);  // (groups)
-  float* warp_sums = scratch;                                             // (M, played_warps)
-  float* inv_rms = scratch + kGemvMaxRows * kWarp;                        // (M)
+  const auto* x = reinterpret_cast<const Vec16<T>*>(p.x);  // (M, groups)
+  float* warp_sums = scratch;                              // (M, played_warps)
+  float* inv_rms = scratch + kGemvMaxRows * kWarp;         // (M)
   // Played thread t of row m is item m · norm_threads + t (norm_threads is a multiple of 32).
   const int items = p.M * p.norm_threads;
   for (int i0 = 0; i0 < items; i0 += kBatch * kGemvThreads) {  // uniform over the block
@@ -185,10 +203,13 @@ __device__ void normalize_rows(const GemvParams<T>& p, uint4* normed, float* scr
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int e = e0 + b * kGemvThreads + static_cast<int>(threadIdx.x);
-      if (e < elements) {
-        v[b] = x[e];
-        w[b] = weight[kOneRow ? e : e % groups];
-      }
+      if (e < elements) v[b] = x[e];
+    }
+    if (e0 == 0 && preloaded) {
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) w[b] = first_weights[b];
+    } else {
+      load_norm_weights(p, e0, w);
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
@@ -228,10 +249,48 @@ __device__ void stage_rows(const GemvParams<T>& p, uint4* staged, int first, int
   __syncthreads();
 }
 
-// The epilogue of output row `out_row` of x's row m from its F32 sums (one per part).
+// What the epilogue of one output row of one row of x reads besides the row's sums: the bias
+// of its weight rows, the residual, and with rope the row's position and cache slot and the
+// pair's frequency. The CUDA-core kernel loads a row group's inputs before its wait when it
+// may (GemvParams::early_inputs), so that their latency overlaps the previous kernel instead
+// of following the product. Step inputs and the residual are read through the L2 (ld.cg),
+// where a completed kernel's stores are.
+template <int kEpi>
+struct EpilogueInputs {
+  float bias[kEpi == kPlain ? 1 : 2] = {};  // read only when the call has a bias
+  float residual = 0.0f;                    // kPlain with a residual
+  int32_t position = 0, slot = 0;           // kRope
+  float inv_freq = 0.0f;                    // kRope
+};
+
+template <class T, int kEpi>
+__device__ __forceinline__ EpilogueInputs<kEpi> load_epilogue_inputs(const GemvParams<T>& p,
+                                                                     int64_t out_row, int m) {
+  EpilogueInputs<kEpi> in;
+  if constexpr (kEpi == kRope) {
+    const int half = p.rope.D / 2;
+    const int64_t c0 = (out_row / half) * p.rope.D + out_row % half;
+    if (p.bias) {
+      in.bias[0] = to_float(p.bias[c0]);
+      in.bias[1] = to_float(p.bias[c0 + half]);
+    }
+    in.position = __ldcg(p.rope.positions + m);
+    in.slot = __ldcg(p.rope.slots + m);
+    in.inv_freq = p.rope.inv_freq[out_row % half];
+  } else if constexpr (kEpi == kPlain) {
+    if (p.bias) in.bias[0] = to_float(p.bias[out_row]);
+    if (p.residual)
+      in.residual = to_float(__ldcg(p.residual + static_cast<int64_t>(m) * p.N + out_row));
+  }
+  return in;
+}
+
+// The epilogue of output row `out_row` of x's row m from its F32 sums (one per part) and its
+// inputs.
 template <class T, int kEpi>
 __device__ __forceinline__ void finish_row(const GemvParams<T>& p, int64_t out_row, int m,
-                                           const float (&sum)[kEpi == kPlain ? 1 : 2]) {
+                                           const float (&sum)[kEpi == kPlain ? 1 : 2],
+                                           const EpilogueInputs<kEpi>& in) {
   const int64_t at = static_cast<int64_t>(m) * p.N + out_row;
   if constexpr (kEpi == kSwiglu) {
     // Rounded as swiglu_out(linear(gate), linear(up)): g and u to T, then silu(g)·u.
@@ -239,16 +298,21 @@ __device__ __forceinline__ void finish_row(const GemvParams<T>& p, int64_t out_r
     p.y[at] = from_float<T>(g * sigmoid(g) * u);
   } else if constexpr (kEpi == kRope) {
     // The product's two elements rounded as gemv_out stores them (+ bias), then the rope.
-    const int half = p.rope.D / 2;
-    const int64_t c0 = (out_row / half) * p.rope.D + out_row % half, c1 = c0 + half;
-    const T a = from_float<T>(p.bias ? sum[0] + to_float(p.bias[c0]) : sum[0]);
-    const T b = from_float<T>(p.bias ? sum[1] + to_float(p.bias[c1]) : sum[1]);
-    rope_epilogue(p.rope, m, out_row, a, b);
+    const T a = from_float<T>(p.bias ? sum[0] + in.bias[0] : sum[0]);
+    const T b = from_float<T>(p.bias ? sum[1] + in.bias[1] : sum[1]);
+    rope_epilogue(p.rope, m, out_row, a, b, in.position, in.slot, in.inv_freq);
   } else {
-    const T product = from_float<T>(p.bias ? sum[0] + to_float(p.bias[out_row]) : sum[0]);
+    const T product = from_float<T>(p.bias ? sum[0] + in.bias[0] : sum[0]);
     // With a residual, rounded as add_out(residual, product): one rounding of the F32 sum.
-    p.y[at] = p.residual ? from_float<T>(to_float(p.residual[at]) + to_float(product)) : product;
+    p.y[at] = p.residual ? from_float<T>(in.residual + to_float(product)) : product;
   }
+}
+
+// finish_row with the inputs loaded now.
+template <class T, int kEpi>
+__device__ __forceinline__ void finish_row(const GemvParams<T>& p, int64_t out_row, int m,
+                                           const float (&sum)[kEpi == kPlain ? 1 : 2]) {
+  finish_row<T, kEpi>(p, out_row, m, sum, load_epilogue_inputs<T, kEpi>(p, out_row, m));
 }
 
 // Blocks of `kernel` (kGemvThreads threads, `shared` dynamic bytes) the current GPU holds at

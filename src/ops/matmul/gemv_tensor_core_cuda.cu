@@ -154,9 +154,10 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_tensor_core_kernel(GemvPara
     }
   }
   enter_dependent_grid();
-  if constexpr (kNorm)
-    normalize_rows<2, kGemvMaxRows>(p, rows, scratch);  // 128 registers: 2 blocks an SM
-  else if (p.stage_x && !kClustered)
+  if constexpr (kNorm) {
+    const Vec16<T> none[2] = {};
+    normalize_rows<2, kGemvMaxRows>(p, rows, scratch, none, false);  // 128 registers: 2 an SM
+  } else if (p.stage_x && !kClustered)
     stage_rows(p, rows, 0, groups);
   else if (p.stage_x)  // this block's slices' groups
     stage_rows(p, rows, min(groups, rank * splits * per_slice),

@@ -8,8 +8,10 @@
 // epilogue give the bits of rms_norm_out, gemv_out and add_out run one after another (RMSNorm
 // widths whose norm block has 32 to 1,024 threads, in place and not), and the rope_kv_write
 // epilogue those of gemv_out and rope_kv_write (D 64 and 128, f32 and bf16 caches, a padding slot);
-// the error paths. CTest runs this suite again with MICROLLM_GEMV_CLUSTER_SPLIT=1
-// (CudaGemvClusterSplit), where the tensor-core kernel splits K over thread-block clusters.
+// with the early inputs (GemvFusion::early_inputs under MICROLLM_GEMV_EARLY_INPUTS=1) the fused
+// calls give the same bits; the error paths. CTest runs this suite again with
+// MICROLLM_GEMV_CLUSTER_SPLIT=1 (CudaGemvClusterSplit), where the tensor-core kernel splits K over
+// thread-block clusters.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -202,49 +204,57 @@ TEST(CudaGemv, FusedNormAndResidualGiveTheBitsOfTheSeparateOperators) {
       {2048, 1536, true, false, true, false}, {8960, 1536, false, true, true, false},
       {640, 3072, false, false, true, true},  {300, 8192, false, false, true, false},
       {1024, 4096, false, true, true, false}, {37, 64, true, false, true, true},
-      {5, 24, false, true, true, false}};
+      {5, 24, false, true, true, false},      {300, 8192, true, false, true, true},
+      {6000, 64, true, false, false, true}};
   const double eps = 1e-6;
-  for (DType dtype : kGemvDtypes)
-    for (const FusedCase& c : cases)
-      for (int64_t M : {1, 2, 3, 4, 5, 8}) {
-        if (!ops::gemv_norm_supported(kGpu, dtype, M, c.K) && c.norm) continue;
-        const int64_t rows = c.swiglu ? 2 * c.N : c.N;
-        const Tensor x = host_randn({M, c.K}, 21 + static_cast<uint64_t>(M), dtype).to(kGpu);
-        const Tensor w = host_randn({rows, c.K}, 22, dtype).to(kGpu);
-        const Tensor b = c.bias ? host_randn({c.N}, 23, dtype).to(kGpu) : Tensor();
-        const Tensor g = host_randn({c.K}, 24, dtype).to(kGpu);
-        const Tensor r = host_randn({M, c.N}, 25, dtype).to(kGpu);
-        const ops::GemvEpilogue epi =
-            c.swiglu ? ops::GemvEpilogue::swiglu : ops::GemvEpilogue::none;
-        // The separate operators.
-        Tensor input = x;
-        if (c.norm) {
-          input = Tensor::empty({M, c.K}, dtype, kGpu);
-          ops::rms_norm_out(x, g, eps, input);
+  // Early inputs (loaded before the kernel's wait) give the same bits: the residual and bias of
+  // a K split over warps (896 × 4,864, 300 × 8,192), of whole rows, and of blocks' later row
+  // groups (6,000 rows).
+  const microllm::testing::ScopedEnv early_env("MICROLLM_GEMV_EARLY_INPUTS", "1");
+  for (bool early : {false, true})
+    for (DType dtype : kGemvDtypes)
+      for (const FusedCase& c : cases)
+        for (int64_t M : {1, 2, 3, 4, 5, 8}) {
+          if (!ops::gemv_norm_supported(kGpu, dtype, M, c.K) && c.norm) continue;
+          const int64_t rows = c.swiglu ? 2 * c.N : c.N;
+          const Tensor x = host_randn({M, c.K}, 21 + static_cast<uint64_t>(M), dtype).to(kGpu);
+          const Tensor w = host_randn({rows, c.K}, 22, dtype).to(kGpu);
+          const Tensor b = c.bias ? host_randn({c.N}, 23, dtype).to(kGpu) : Tensor();
+          const Tensor g = host_randn({c.K}, 24, dtype).to(kGpu);
+          const Tensor r = host_randn({M, c.N}, 25, dtype).to(kGpu);
+          const ops::GemvEpilogue epi =
+              c.swiglu ? ops::GemvEpilogue::swiglu : ops::GemvEpilogue::none;
+          // The separate operators.
+          Tensor input = x;
+          if (c.norm) {
+            input = Tensor::empty({M, c.K}, dtype, kGpu);
+            ops::rms_norm_out(x, g, eps, input);
+          }
+          Tensor want = Tensor::empty({M, c.N}, dtype, kGpu);
+          ops::gemv_out(input, w, b, want, epi);
+          if (c.residual) ops::add_out(r, want, want);
+          // Fused, out of place and (with a residual) in place.
+          ops::GemvFusion f;
+          f.epilogue = epi;
+          f.early_inputs = early;
+          if (c.norm) {
+            f.norm_weight = g;
+            f.norm_eps = eps;
+          }
+          if (c.residual) f.residual = r;
+          Tensor got = Tensor::empty({M, c.N}, dtype, kGpu);
+          ops::gemv_out(x, w, b, got, f);
+          const std::string where = std::string(dtype_name(dtype)) + " N " + std::to_string(c.N) +
+                                    " K " + std::to_string(c.K) + " M " + std::to_string(M) +
+                                    " early " + std::to_string(early);
+          EXPECT_TRUE(same_bits(got, want)) << where;
+          if (c.residual) {
+            Tensor stream = r.clone();  // the residual stream, updated in place
+            f.residual = stream;
+            ops::gemv_out(x, w, b, stream, f);
+            EXPECT_TRUE(same_bits(stream, want)) << where << " in place";
+          }
         }
-        Tensor want = Tensor::empty({M, c.N}, dtype, kGpu);
-        ops::gemv_out(input, w, b, want, epi);
-        if (c.residual) ops::add_out(r, want, want);
-        // Fused, out of place and (with a residual) in place.
-        ops::GemvFusion f;
-        f.epilogue = epi;
-        if (c.norm) {
-          f.norm_weight = g;
-          f.norm_eps = eps;
-        }
-        if (c.residual) f.residual = r;
-        Tensor got = Tensor::empty({M, c.N}, dtype, kGpu);
-        ops::gemv_out(x, w, b, got, f);
-        const std::string where = std::string(dtype_name(dtype)) + " N " + std::to_string(c.N) +
-                                  " K " + std::to_string(c.K) + " M " + std::to_string(M);
-        EXPECT_TRUE(same_bits(got, want)) << where;
-        if (c.residual) {
-          Tensor stream = r.clone();  // the residual stream, updated in place
-          f.residual = stream;
-          ops::gemv_out(x, w, b, stream, f);
-          EXPECT_TRUE(same_bits(stream, want)) << where << " in place";
-        }
-      }
 }
 
 // The QKV GEMV with the rope_kv_write epilogue writes q_out, k_out and both caches with the
@@ -256,60 +266,65 @@ TEST(CudaGemv, RopeKvWriteEpilogueGivesTheBitsOfTheSeparateOperators) {
   };
   const Heads shapes[] = {{14, 2, 64, 896}, {12, 2, 128, 1536}, {4, 4, 64, 64}};
   const int64_t NB = 6, BS = 4;
-  for (DType dtype : kGemvDtypes)
-    for (DType cache_dtype : {DType::F32, DType::BF16})
-      for (const Heads& h : shapes)
-        for (int64_t M : {1, 3, 4, 5, 8}) {
-          if (!ops::gemv_norm_supported(kGpu, dtype, M, h.K)) continue;  // f32 (8, 1536): 48 KB
-          const int64_t width = (h.H + 2 * h.Hkv) * h.D;
-          const Tensor x = host_randn({M, h.K}, 31 + static_cast<uint64_t>(M), dtype).to(kGpu);
-          const Tensor w = host_randn({width, h.K}, 32, dtype).to(kGpu);
-          const Tensor b = host_randn({width}, 33, dtype).to(kGpu);
-          const Tensor g = host_randn({h.K}, 34, dtype).to(kGpu);
-          std::vector<int64_t> pos, slot;
-          for (int64_t m = 0; m < M; ++m) {
-            pos.push_back(7 + 301 * m);
-            slot.push_back(m == 2 ? -1 : (5 * m + 3) % (NB * BS));  // row 2: graph padding
+  const microllm::testing::ScopedEnv early_env("MICROLLM_GEMV_EARLY_INPUTS", "1");
+  for (bool early : {false, true})
+    for (DType dtype : kGemvDtypes)
+      for (DType cache_dtype : {DType::F32, DType::BF16})
+        for (const Heads& h : shapes)
+          for (int64_t M : {1, 3, 4, 5, 8}) {
+            if (!ops::gemv_norm_supported(kGpu, dtype, M, h.K)) continue;  // f32 (8, 1536): 48 KB
+            const int64_t width = (h.H + 2 * h.Hkv) * h.D;
+            const Tensor x = host_randn({M, h.K}, 31 + static_cast<uint64_t>(M), dtype).to(kGpu);
+            const Tensor w = host_randn({width, h.K}, 32, dtype).to(kGpu);
+            const Tensor b = host_randn({width}, 33, dtype).to(kGpu);
+            const Tensor g = host_randn({h.K}, 34, dtype).to(kGpu);
+            std::vector<int64_t> pos, slot;
+            for (int64_t m = 0; m < M; ++m) {
+              pos.push_back(7 + 301 * m);
+              slot.push_back(m == 2 ? -1 : (5 * m + 3) % (NB * BS));  // row 2: graph padding
+            }
+            const Tensor positions = Tensor::from_vector(pos, {M}, DType::I32).to(kGpu);
+            const Tensor slots = Tensor::from_vector(slot, {M}, DType::I32).to(kGpu);
+            std::vector<double> freq;
+            for (int64_t i = 0; i < h.D / 2; ++i)
+              freq.push_back(std::pow(10000.0, -2.0 * static_cast<double>(i) / h.D));
+            const Tensor inv_freq = Tensor::from_vector(freq, {h.D / 2}, DType::F32).to(kGpu);
+            const Tensor cache0 = host_randn({NB, BS, h.Hkv, h.D}, 35, cache_dtype);
+            // The separate operators.
+            Tensor qkv = Tensor::empty({M, width}, dtype, kGpu);
+            ops::GemvFusion norm;
+            norm.norm_weight = g;
+            norm.norm_eps = 1e-6;
+            ops::gemv_out(x, w, b, qkv, norm);
+            Tensor want_q = Tensor::empty({M, h.H, h.D}, dtype, kGpu);
+            Tensor want_k = Tensor::empty({M, h.Hkv, h.D}, dtype, kGpu);
+            Tensor want_kc = cache0.to(kGpu), want_vc = cache0.to(kGpu);
+            ops::rope_kv_write(
+                qkv.narrow(1, 0, h.H * h.D).view({M, h.H, h.D}),
+                qkv.narrow(1, h.H * h.D, h.Hkv * h.D).view({M, h.Hkv, h.D}),
+                qkv.narrow(1, (h.H + h.Hkv) * h.D, h.Hkv * h.D).view({M, h.Hkv, h.D}), positions,
+                inv_freq, slots, want_q, want_k, want_kc, want_vc);
+            // Fused.
+            ops::GemvFusion f = norm;
+            f.epilogue = ops::GemvEpilogue::rope_kv_write;
+            f.early_inputs = early;  // positions, slots, bias, inv_freq and the norm weight
+            f.rope = {positions,
+                      inv_freq,
+                      slots,
+                      Tensor::empty({M, h.H, h.D}, dtype, kGpu),
+                      Tensor::empty({M, h.Hkv, h.D}, dtype, kGpu),
+                      cache0.to(kGpu),
+                      cache0.to(kGpu)};
+            ops::gemv_out(x, w, b, Tensor(), f);
+            const std::string where = std::string(dtype_name(dtype)) + " cache " +
+                                      std::string(dtype_name(cache_dtype)) + " H " +
+                                      std::to_string(h.H) + " D " + std::to_string(h.D) + " M " +
+                                      std::to_string(M) + " early " + std::to_string(early);
+            EXPECT_TRUE(same_bits(f.rope.q_out, want_q)) << where << " q";
+            EXPECT_TRUE(same_bits(f.rope.k_out, want_k)) << where << " k";
+            EXPECT_TRUE(same_bits(f.rope.k_cache, want_kc)) << where << " k cache";
+            EXPECT_TRUE(same_bits(f.rope.v_cache, want_vc)) << where << " v cache";
           }
-          const Tensor positions = Tensor::from_vector(pos, {M}, DType::I32).to(kGpu);
-          const Tensor slots = Tensor::from_vector(slot, {M}, DType::I32).to(kGpu);
-          std::vector<double> freq;
-          for (int64_t i = 0; i < h.D / 2; ++i)
-            freq.push_back(std::pow(10000.0, -2.0 * static_cast<double>(i) / h.D));
-          const Tensor inv_freq = Tensor::from_vector(freq, {h.D / 2}, DType::F32).to(kGpu);
-          const Tensor cache0 = host_randn({NB, BS, h.Hkv, h.D}, 35, cache_dtype);
-          // The separate operators.
-          Tensor qkv = Tensor::empty({M, width}, dtype, kGpu);
-          ops::GemvFusion norm;
-          norm.norm_weight = g;
-          norm.norm_eps = 1e-6;
-          ops::gemv_out(x, w, b, qkv, norm);
-          Tensor want_q = Tensor::empty({M, h.H, h.D}, dtype, kGpu);
-          Tensor want_k = Tensor::empty({M, h.Hkv, h.D}, dtype, kGpu);
-          Tensor want_kc = cache0.to(kGpu), want_vc = cache0.to(kGpu);
-          ops::rope_kv_write(qkv.narrow(1, 0, h.H * h.D).view({M, h.H, h.D}),
-                             qkv.narrow(1, h.H * h.D, h.Hkv * h.D).view({M, h.Hkv, h.D}),
-                             qkv.narrow(1, (h.H + h.Hkv) * h.D, h.Hkv * h.D).view({M, h.Hkv, h.D}),
-                             positions, inv_freq, slots, want_q, want_k, want_kc, want_vc);
-          // Fused.
-          ops::GemvFusion f = norm;
-          f.epilogue = ops::GemvEpilogue::rope_kv_write;
-          f.rope = {positions,
-                    inv_freq,
-                    slots,
-                    Tensor::empty({M, h.H, h.D}, dtype, kGpu),
-                    Tensor::empty({M, h.Hkv, h.D}, dtype, kGpu),
-                    cache0.to(kGpu),
-                    cache0.to(kGpu)};
-          ops::gemv_out(x, w, b, Tensor(), f);
-          const std::string where =
-              std::string(dtype_name(dtype)) + " cache " + std::string(dtype_name(cache_dtype)) +
-              " H " + std::to_string(h.H) + " D " + std::to_string(h.D) + " M " + std::to_string(M);
-          EXPECT_TRUE(same_bits(f.rope.q_out, want_q)) << where << " q";
-          EXPECT_TRUE(same_bits(f.rope.k_out, want_k)) << where << " k";
-          EXPECT_TRUE(same_bits(f.rope.k_cache, want_kc)) << where << " k cache";
-          EXPECT_TRUE(same_bits(f.rope.v_cache, want_vc)) << where << " v cache";
-        }
 }
 
 TEST(CudaGemv, RejectsWhatTheKernelDoesNotTake) {
