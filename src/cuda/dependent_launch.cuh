@@ -9,9 +9,11 @@
 //     the stream wrote and before any store; it waits until the previous grid has completed
 //     and its stores are visible, then lets the next grid be scheduled;
 //   - code before it reads only memory that the previous kernel does not write: weights,
-//     which no kernel writes while a step runs, and (paged attention with
-//     PagedHistory::earlier_steps) the step's metadata and the KV-cache entries of earlier
-//     steps, written before the previous kernel started.
+//     which no kernel writes while a step runs, and what was written before the previous
+//     kernel started: (paged attention with PagedHistory::earlier_steps) the step's metadata
+//     and the KV-cache entries of earlier steps; (the decode GEMV with
+//     GemvFusion::early_inputs) the residual and the step's positions and slots, read
+//     through the L2, where the stores of completed grids are.
 // Since each grid lets its successor start only after its own wait returned, at most two
 // grids of a chain are resident at once, and the grid two back has always completed.
 // A kernel without the attribute (programmatic_launch() off, or a plain <<<>>> launch)

@@ -117,10 +117,11 @@ TEST(SamplingCuda, EqualsCpuOnOddVocabulariesAndTies) {
   expect_cuda_equals_cpu(12, 4097, true, DType::BF16, 9);
 }
 
-// Greedy rows of `sample` split over blocks (MICROLLM_SAMPLE_SPLIT=1) and in one block: the
-// CPU's argmax (lowest id on ties) when the largest value sits in several slices, beside NaNs,
-// in rows of −∞ or NaN alone, and next to sampled rows that keep one block; a second call on
-// the same workspace gives the same ids (the split leaves its counters zero).
+// Greedy rows of `sample` split over blocks (the default) and in one block
+// (MICROLLM_SAMPLE_SPLIT=0): the CPU's argmax (lowest id on ties) when the largest value sits in
+// several slices, beside NaNs, in rows of −∞ or NaN alone, and next to sampled rows that keep one
+// block; a second call on the same workspace gives the same ids (the split leaves its counters
+// zero).
 TEST(SamplingCuda, GreedyRowsSplitOverBlocksGiveTheCpuArgmax) {
   MICROLLM_REQUIRE_CUDA();
   const float nan = std::nanf(""), inf = INFINITY;

@@ -74,7 +74,7 @@ struct GemvRopeKvWrite {
 // step: by the host's upload or two or more kernels back), so that on CUDA the kernel may read
 // them, with the bias and the norm weight, before it waits for that kernel
 // (src/cuda/dependent_launch.cuh); the bits are the same either way. Taken by the CUDA-core
-// kernel (1–4 rows) when MICROLLM_GEMV_EARLY_INPUTS=1.
+// kernel (1–4 rows) unless MICROLLM_GEMV_EARLY_INPUTS=0.
 struct GemvFusion {
   GemvEpilogue epilogue = GemvEpilogue::none;
   Tensor norm_weight;

@@ -3,9 +3,9 @@
 // arithmetic of sampling_math.h and every sum is an integer sum of fixed-point masses.
 //
 // Per sampled row, no sort (all state in ~27 KB of shared memory):
-//   pass 1        the largest x = logit / T and its id (fixed-order block argmax); with
-//                 MICROLLM_SAMPLE_SPLIT=1 (off until measured) a greedy row of `sample` is
-//                 split over gridDim.y blocks, each writes its slice's best pair to the
+//   pass 1        the largest x = logit / T and its id (fixed-order block argmax); a greedy
+//                 row of `sample` is split over gridDim.y blocks (MICROLLM_SAMPLE_SPLIT=0:
+//                 one block), each writes its slice's best pair to the
 //                 workspace, and the last to arrive merges them (the only global scratch: one
 //                 pair a block and one counter a row)
 //   top-k         radix select of the k-th largest key: 3 passes (digits of 11, 11, 10 bits),
@@ -447,9 +447,9 @@ void sample_rows_cuda(const Tensor& logits, const SamplingTensors& params, const
                       const Tensor& out_scores, const Tensor& out_probs, const Tensor& workspace) {
   const int64_t batch = logits.size(0), vocab = logits.size(1);
   const bool draw = out_ids.defined();
-  // Greedy rows split over blocks (MICROLLM_SAMPLE_SPLIT=1, off until measured) where `sample`
-  // draws ids alone and the workspace holds the split's scratch (sample_workspace_bytes).
-  const int parts = draw && !out_scores.defined() && switch_on("MICROLLM_SAMPLE_SPLIT")
+  // Greedy rows split over blocks (unless MICROLLM_SAMPLE_SPLIT=0) where `sample` draws ids
+  // alone and the workspace holds the split's scratch (sample_workspace_bytes).
+  const int parts = draw && !out_scores.defined() && !switch_off("MICROLLM_SAMPLE_SPLIT")
                         ? greedy_split(batch, vocab)
                         : 1;
   SplitScratch split{nullptr, nullptr, nullptr};

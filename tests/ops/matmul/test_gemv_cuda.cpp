@@ -8,8 +8,8 @@
 // epilogue give the bits of rms_norm_out, gemv_out and add_out run one after another (RMSNorm
 // widths whose norm block has 32 to 1,024 threads, in place and not), and the rope_kv_write
 // epilogue those of gemv_out and rope_kv_write (D 64 and 128, f32 and bf16 caches, a padding slot);
-// with the early inputs (GemvFusion::early_inputs under MICROLLM_GEMV_EARLY_INPUTS=1) the fused
-// calls give the same bits; the error paths. CTest runs this suite again with
+// with the early inputs (GemvFusion::early_inputs, MICROLLM_GEMV_EARLY_INPUTS=1) the fused calls
+// give the same bits; the error paths. CTest runs this suite again with
 // MICROLLM_GEMV_CLUSTER_SPLIT=1 (CudaGemvClusterSplit), where the tensor-core kernel splits K over
 // thread-block clusters.
 #include <gtest/gtest.h>
