@@ -8,7 +8,9 @@
 // are prefilled in as few steps as the token budget allows); ttft_ms the time to the first
 // sampled token of the batch; decode_tokens_per_s = B·(T−1) / (time from the last prompt's
 // first token to the end). host_ms_per_step is the engine's host time per step (outside the
-// device wait). kernels_per_step counts the nodes of a decode step's CUDA graph (with
+// device wait), launch_ms_per_step the part of it spent uploading a step's inputs and
+// launching its work (the CUDA calls of a graph replay or of the eager launches). kernels_per_step
+// counts the nodes of a decode step's CUDA graph (with
 // --no-cuda-graphs, of one capture of the eager step: the same kernels, launched one by
 // one). Warm-up repetitions run first and are not recorded.
 // `switches` lists the MICROLLM_* environment switches that were set (they choose kernels).
@@ -98,7 +100,8 @@ int run(const Options& o) {
   nlohmann::json samples = {{"decode_tokens_per_s", nlohmann::json::array()},
                             {"prefill_ms", nlohmann::json::array()},
                             {"ttft_ms", nlohmann::json::array()},
-                            {"host_ms_per_step", nlohmann::json::array()}};
+                            {"host_ms_per_step", nlohmann::json::array()},
+                            {"launch_ms_per_step", nlohmann::json::array()}};
   for (int64_t rep = 0; rep < o.warmup + o.reps; ++rep) {
     infer::SamplingParams params;
     params.temperature = 0.0f;
@@ -131,9 +134,12 @@ int run(const Options& o) {
     samples["prefill_ms"].push_back(prefilled * 1e3);
     samples["ttft_ms"].push_back(ttft * 1e3);
     const int64_t steps = after.steps - before.steps;
-    samples["host_ms_per_step"].push_back(steps > 0 ? (after.host_seconds - before.host_seconds) *
-                                                          1e3 / static_cast<double>(steps)
-                                                    : 0.0);
+    auto per_step_ms = [&](double seconds) {
+      return steps > 0 ? seconds * 1e3 / static_cast<double>(steps) : 0.0;
+    };
+    samples["host_ms_per_step"].push_back(per_step_ms(after.host_seconds - before.host_seconds));
+    samples["launch_ms_per_step"].push_back(
+        per_step_ms(after.launch_seconds - before.launch_seconds));
   }
   nlohmann::json doc = {{"schema", "microllm-bench-generate-v1"},
                         {"config",

@@ -18,7 +18,7 @@ the faster of the two PyTorch peers; ratio_of_medians = microllm median / peer m
 > 1 means microllm decodes faster (record.py's higher_is_better). Beside them:
   peers.hf_generate   transformers `generate` (SDPA), its samples, summary and ratio
   metrics             decode_tokens_per_s, prefill_ms, ttft_ms (and microllm's
-                      host_ms_per_step): per side {values, summary}
+                      host_ms_per_step and launch_ms_per_step): per side {values, summary}
   derived             medians, and ratios in the "> 1: microllm faster" direction for each
                       peer: decode microllm / peer, prefill and TTFT peer / microllm; microllm's
                       achieved decode bandwidth (decode_bytes_per_step × steps/s) and its
@@ -46,7 +46,9 @@ sys.path.insert(0, str(REPO_ROOT / "tools" / "records"))
 import record  # noqa: E402
 
 CONFIGS = REPO_ROOT / "tests" / "fixtures" / "configs"
-METRICS = {"decode_tokens_per_s": "tokens/s", "prefill_ms": "ms", "ttft_ms": "ms", "host_ms_per_step": "ms"}
+METRICS = {"decode_tokens_per_s": "tokens/s", "prefill_ms": "ms", "ttft_ms": "ms", "host_ms_per_step": "ms",
+           "launch_ms_per_step": "ms"}
+MICROLLM_ONLY = ("host_ms_per_step", "launch_ms_per_step")  # engine measurements, no peer has them
 PEER_NAMES = {"static_compiled": "pytorch static KV cache, torch.compile reduce-overhead (CUDA graphs), SDPA",
               "hf_generate": "transformers generate, SDPA, DynamicCache"}
 PRIMARY_PEER = "static_compiled"
@@ -109,7 +111,7 @@ def build_record(model: str, config_path: str, batch: int, context: int, mode: s
     for metric, units in METRICS.items():
         entry = {"units": units, "microllm": side(ours_samples.get(metric))}
         for peer, doc in peers.items():
-            if metric != "host_ms_per_step":
+            if metric not in MICROLLM_ONLY:
                 entry[peer] = side((doc or {}).get("samples", {}).get(metric))
         metrics[metric] = entry
     decode = metrics["decode_tokens_per_s"]
@@ -152,7 +154,8 @@ def build_record(model: str, config_path: str, batch: int, context: int, mode: s
             derived[f"{peer}_{metric}"] = median(m[peer])
             derived[f"{metric}_ratio_vs_{peer}"] = faster_ratio(
                 median(m["microllm"]), median(m[peer]), metric == "decode_tokens_per_s")
-    derived["microllm_host_ms_per_step"] = median(metrics["host_ms_per_step"]["microllm"])
+    for metric in MICROLLM_ONLY:
+        derived[f"microllm_{metric}"] = median(metrics[metric]["microllm"])
     # Achieved bandwidth: the bytes a decode step must read × decode steps per second.
     step_bytes = (ours.get("decode_bytes_per_step") or {}).get("total")
     tokens_per_s = derived.get("microllm_decode_tokens_per_s")

@@ -37,7 +37,7 @@ if os.environ.get("FAKE_FAIL") == f"{B},{C}":
 doc = {"config": {"batch": B, "context": C, "new_tokens": int(opt["--new-tokens"]), "model": opt["--config"]},
        "samples": {"decode_tokens_per_s": [100.0 * B + r for r in range(R)],
                    "prefill_ms": [C / 100 + r for r in range(R)], "ttft_ms": [C / 100 + r + 1 for r in range(R)],
-                   "host_ms_per_step": [0.5] * R},
+                   "host_ms_per_step": [0.5] * R, "launch_ms_per_step": [0.25] * R},
        "peak_memory_bytes": 2**30 * B, "kv_bytes": 1000 * B * C, "kernels_per_step": 7}
 open(opt["--out"], "w").write(json.dumps(doc))
 '''
@@ -105,6 +105,8 @@ def test_one_record_per_case_with_both_peers_and_ratios_in_the_faster_direction(
         assert d["prefill_ms_ratio_vs_static_compiled"] == pytest.approx(2.0)  # peer ms / microllm ms
         assert d["ttft_ms_ratio_vs_hf_generate"] == pytest.approx((C / 100 + 1.5) * 4 / (C / 100 + 2))
         assert d["microllm_host_ms_per_step"] == 0.5
+        assert d["microllm_launch_ms_per_step"] == 0.25
+        assert "static_compiled" not in r["metrics"]["launch_ms_per_step"]
         assert r["metrics"]["ttft_ms"]["static_compiled"]["values"] == [(C / 100 + k + 1) * 2 for k in range(3)]
         assert r["memory"]["microllm"] == {"peak_memory_bytes": 2**30 * B, "kv_bytes": 1000 * B * C,
                                            "decode_bytes_per_step": None}

@@ -301,10 +301,16 @@ std::vector<TokenOutput> Engine::step() {
   // 2. One copy to the device; the model, penalties, sampling and logprobs there (a graph
   //    replay or eager launches); one copy back and one wait.
   const SampledRows* sampled = nullptr;
+  const auto launch_start = std::chrono::steady_clock::now();
+  auto launched = [&] {
+    s.stats.launch_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - launch_start).count();
+  };
   if (bucket > 0) {
 #if MICROLLM_WITH_CUDA
     s.host_inputs->upload(s.graph_inputs.narrow(0, 0, layout.total_bytes));
     s.graphs->replay(bucket, top_n);
+    launched();
     sampled = &s.sampler->collect(B, DecodeGraphs::captured_top_n(top_n));
 #endif
   } else {
@@ -320,6 +326,7 @@ std::vector<TokenOutput> Engine::step() {
       max_seq_len = std::max(max_seq_len, q.start_position + q.num_new_tokens);
     launch_step(*s.step, *s.kv, *s.sampler,
                 step_views(inputs, layout, top_n, max_seq_len, num_decode_rows));
+    launched();
     sampled = &s.sampler->collect(B, top_n);
   }
 

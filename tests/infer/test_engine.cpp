@@ -357,6 +357,9 @@ TEST(Engine, LaterChoicesShareTheFirstChoicesPromptBlocks) {
   EXPECT_EQ(cached[ids[1]], 40);  // 5 full blocks of 8 of the 43 prompt ids
   EXPECT_EQ(cached[ids[2]], 40);
   EXPECT_EQ(engine.stats().prompt_tokens, 43 + 3 + 3);
+  // The launch time is a part of the host time, and some of it was spent.
+  EXPECT_GT(engine.stats().launch_seconds, 0.0);
+  EXPECT_LE(engine.stats().launch_seconds, engine.stats().host_seconds);
   for (uint64_t i = 0; i < 3; ++i) {
     params.seed = 500 + i;
     infer::EngineOptions plain = options;

@@ -61,6 +61,8 @@ struct EngineStats {
   int64_t prefix_cache_queries = 0;  // tokens looked up in the prefix cache at admissions
   int64_t prefix_cache_hits = 0;     // of those, tokens found cached (not computed)
   double host_seconds = 0.0;         // in step(), outside the device wait
+  double launch_seconds = 0.0;       // of those, the upload of a step's inputs and the launch of
+                                     // its work (a graph replay or the eager launches)
 };
 
 class Engine {
