@@ -67,8 +67,8 @@ Step capture_step(cudaStream_t stream, int nodes, int parts, bool programmatic, 
     CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     for (int i = first; i < last; ++i) launch_link(stream, programmatic, blocks, counter, sink);
     if (p == parts - 1)
-      CUDA_CHECK(cudaMemcpyAsync(host_outputs, outputs, 64 * sizeof(int), cudaMemcpyDeviceToHost,
-                                 stream));
+      CUDA_CHECK(
+          cudaMemcpyAsync(host_outputs, outputs, 64 * sizeof(int), cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
     cudaGraphExec_t exec = nullptr;
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -117,8 +117,8 @@ int main(int argc, char** argv) {
         Step step = capture_step(stream, nodes, parts, programmatic, blocks, counter, sink, inputs,
                                  host_outputs);
         auto enqueue = [&] {  // the engine's upload and replay
-          CUDA_CHECK(cudaMemcpyAsync(inputs, host_inputs, 64 * sizeof(int),
-                                     cudaMemcpyHostToDevice, stream));
+          CUDA_CHECK(cudaMemcpyAsync(inputs, host_inputs, 64 * sizeof(int), cudaMemcpyHostToDevice,
+                                     stream));
           for (cudaGraphExec_t exec : step.parts) CUDA_CHECK(cudaGraphLaunch(exec, stream));
         };
         std::vector<double> launch_us, serial_us, queued_us;
@@ -152,10 +152,11 @@ int main(int argc, char** argv) {
                     ok ? "ok" : "FAIL");
         for (cudaGraphExec_t exec : step.parts) CUDA_CHECK(cudaGraphExecDestroy(exec));
       }
-  std::printf("blocks a kernel: %d; launch: host time of the upload and graph-launch calls; serial: "
-              "upload to the end of the wait, one step at a time; queued: a step's share of %d "
-              "steps enqueued before one wait\n",
-              blocks, kQueued);
+  std::printf(
+      "blocks a kernel: %d; launch: host time of the upload and graph-launch calls; serial: "
+      "upload to the end of the wait, one step at a time; queued: a step's share of %d "
+      "steps enqueued before one wait\n",
+      blocks, kQueued);
   CUDA_CHECK(cudaEventDestroy(done));
   CUDA_CHECK(cudaFreeHost(host_inputs));
   CUDA_CHECK(cudaFreeHost(host_outputs));
