@@ -122,7 +122,8 @@ __global__ void __launch_bounds__(kGemvThreads, gemv_min_blocks<kRows, kEpi, kNo
     load_pass(begin + lane);
   }
   // With p.early_inputs the first row group's epilogue inputs (for the thread that will
-  // finish each of its rows) and the norm weight are loaded before the wait too.
+  // finish each of its rows) and, at one row, the norm weight are loaded before the wait too
+  // (with more rows its 16 bytes a thread spill the prologue's registers).
   const int t = threadIdx.x;
   EpilogueInputs<kEpi> first_inputs;
   if (p.early_inputs) {
@@ -134,11 +135,12 @@ __global__ void __launch_bounds__(kGemvThreads, gemv_min_blocks<kRows, kEpi, kNo
         first_inputs = load_epilogue_inputs<T, kEpi>(p, n, t % kRows);
     }
   }
+  constexpr bool kEarlyNormWeights = kNorm && kRows == 1;
   Vec16<T> norm_weights[1];
-  if (kNorm && p.early_inputs) load_norm_weights(p, 0, norm_weights);
+  if (kEarlyNormWeights && p.early_inputs) load_norm_weights(p, 0, norm_weights);
   enter_dependent_grid();
   if constexpr (kNorm)  // kBatch 1: 80 registers at M = 1
-    normalize_rows<1, kRows>(p, normed, scratch, norm_weights, p.early_inputs);
+    normalize_rows<1, kRows>(p, normed, scratch, norm_weights, kEarlyNormWeights && p.early_inputs);
   // x's groups: the normalized rows in shared memory, or x itself (staging x in shared memory
   // as the tensor-core kernel does measured slower here: docs/optimization-log.md).
   const uint4* x_groups = kNorm ? normed : reinterpret_cast<const uint4*>(p.x);  // (M, K/V)
