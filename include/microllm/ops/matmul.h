@@ -72,7 +72,7 @@ struct GemvRopeKvWrite {
 // early_inputs: the caller's promise that the residual and rope's positions and slot_mapping
 // were written before the kernel that precedes this call on the stream started (in a decode
 // step: by the host's upload or two or more kernels back), so that on CUDA the kernel may read
-// them, with the bias and the norm weight, before it waits for that kernel
+// them, with the bias (and at one row the norm weight), before it waits for that kernel
 // (src/cuda/dependent_launch.cuh); the bits are the same either way. Taken by the CUDA-core
 // kernel (1–4 rows) unless MICROLLM_GEMV_EARLY_INPUTS=0.
 struct GemvFusion {

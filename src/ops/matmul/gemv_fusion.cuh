@@ -56,8 +56,8 @@ struct GemvParams {
   int cluster_blocks;   // tensor-core kernel: blocks (one cluster) a tile's K slices spread over
   int norm_threads;     // rms_norm_forward_threads(K / kVec<T>): the block the norm would run
   bool stage_x;         // tensor-core kernel without the norm: x staged (stage_rows)
-  bool early_inputs;    // CUDA-core kernel: the first row group's epilogue inputs and the
-                        // norm weight loaded before the wait (GemvFusion::early_inputs)
+  bool early_inputs;    // CUDA-core kernel: the first row group's epilogue inputs (and at
+                        // one row the norm weight) loaded before the wait (GemvFusion)
   RopeTargets<T> rope;
 };
 
