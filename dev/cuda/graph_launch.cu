@@ -8,7 +8,8 @@
 //   launch   host µs spent in the upload and graph-launch calls (the engine's launch_seconds)
 //   serial   µs from the upload to the end of the wait, one step at a time (the engine's step)
 //   queued   µs a step when the host enqueues 20 steps before it waits (the device's own time
-//            a step, with no host on the critical path)
+//            a step, with no host on the critical path); per node: queued / nodes, the device's
+//            cost of one kernel boundary of the chain (the kernels themselves do next to nothing)
 // serial − queued is what a step loses to the host and to the device's start-up latencies:
 // what launching step n + 1 before reading step n's outputs (or fewer, shorter graphs) could
 // win. Questions: does the launch cost grow with the nodes; do programmatic edges (the
@@ -108,8 +109,8 @@ int main(int argc, char** argv) {
 
   const int kReps = 200, kQueued = 20;
   bool all_ok = true;
-  std::printf("%6s %5s %6s %12s %12s %12s %14s  check\n", "nodes", "prog", "parts", "launch us",
-              "serial us", "queued us", "serial-queued");
+  std::printf("%6s %5s %6s %12s %12s %12s %14s %10s  check\n", "nodes", "prog", "parts",
+              "launch us", "serial us", "queued us", "serial-queued", "per node");
   for (int nodes : {32, 64, 126, 256})
     for (bool programmatic : {false, true})
       for (int parts : {1, 2, 4}) {
@@ -147,9 +148,9 @@ int main(int argc, char** argv) {
         const bool ok = counted == runs * nodes;
         all_ok = all_ok && ok;
         const double serial = lab::median(serial_us), queued = lab::median(queued_us);
-        std::printf("%6d %5d %6d %12.2f %12.2f %12.2f %14.2f  %s\n", nodes, programmatic ? 1 : 0,
-                    parts, lab::median(launch_us), serial, queued, serial - queued,
-                    ok ? "ok" : "FAIL");
+        std::printf("%6d %5d %6d %12.2f %12.2f %12.2f %14.2f %10.3f  %s\n", nodes,
+                    programmatic ? 1 : 0, parts, lab::median(launch_us), serial, queued,
+                    serial - queued, queued / nodes, ok ? "ok" : "FAIL");
         for (cudaGraphExec_t exec : step.parts) CUDA_CHECK(cudaGraphExecDestroy(exec));
       }
   std::printf(
